@@ -1,0 +1,1 @@
+//! The TableSeek loop: pattern generation, refine rounds, answerability check with fallback.

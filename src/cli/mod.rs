@@ -1,0 +1,49 @@
+use clap::{Parser, Subcommand};
+
+mod corpus;
+mod grep;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tableseek",
+    version,
+    about = "Find the table that answers a question, and answer it."
+)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect and convert table corpora.
+    #[command(subcommand)]
+    Corpus(corpus::CorpusCommand),
+    /// Rank the tables of a corpus by the share of patterns they contain, with previews.
+    Grep(grep::GrepArgs),
+}
+
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Corpus(cmd) => corpus::run(cmd),
+        Command::Grep(args) => grep::run(args),
+    }
+}

@@ -1,0 +1,1 @@
+//! Datasets, the paper's metrics, statistics, resumable runs, reports.

@@ -1,0 +1,1 @@
+//! The grep stage: pattern compilation, table scoring, matched rows and previews.

@@ -1,0 +1,1 @@
+//! Baseline retrievers (dense, rerank, BM25) on the same engine and device as the agent.
