@@ -51,7 +51,9 @@ fn broken_csv_is_reported_with_its_line_and_the_rest_loads() {
     assert_eq!(report.skipped.len(), 1);
     assert!(report.skipped[0].path.ends_with("bad.csv"));
     assert!(
-        report.skipped[0].reason.starts_with("line 3: unterminated quoted field"),
+        report.skipped[0]
+            .reason
+            .starts_with("line 3: unterminated quoted field"),
         "{}",
         report.skipped[0].reason
     );
@@ -60,7 +62,11 @@ fn broken_csv_is_reported_with_its_line_and_the_rest_loads() {
 #[test]
 fn tabfact_layout_is_detected_by_content_not_name() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "1-1.html.csv", "year#team#points\n1998#a, b#1,000\n");
+    write(
+        dir.path(),
+        "1-1.html.csv",
+        "year#team#points\n1998#a, b#1,000\n",
+    );
     write(dir.path(), "1-2.html.csv", "year,team\n1998,\"a#b\"\n");
     let (corpus, report) = load(dir.path());
     assert!(report.skipped.is_empty());
@@ -95,7 +101,10 @@ fn markdown_files_with_several_tables_and_a_broken_one() {
     assert_eq!(corpus.table(1).header, ["e"]);
     let reasons: Vec<&str> = report.skipped.iter().map(|s| s.reason.as_str()).collect();
     assert_eq!(reasons.len(), 2, "{reasons:?}");
-    assert!(reasons[0].starts_with("line 10: delimiter row has 3 cells"), "{reasons:?}");
+    assert!(
+        reasons[0].starts_with("line 10: delimiter row has 3 cells"),
+        "{reasons:?}"
+    );
     assert!(reasons[1].contains("no Markdown pipe table"), "{reasons:?}");
 }
 
@@ -115,7 +124,10 @@ fn html_spans_headers_and_metadata() {
     let t = corpus.table(0);
     assert_eq!(t.id, "sub/page.html");
     assert_eq!(t.header, ["city", "population", "population"]);
-    assert_eq!(t.rows, cells(&[&["Canberra", "1", "2"], &["Canberra", "3", "4 5"]]));
+    assert_eq!(
+        t.rows,
+        cells(&[&["Canberra", "1", "2"], &["Canberra", "3", "4 5"]])
+    );
     assert_eq!(t.meta.caption.as_deref(), Some("Secret caption"));
     assert_eq!(t.meta.title.as_deref(), Some("Page title"));
     // Metadata is kept for evaluation but is not part of the searchable text.
@@ -144,7 +156,11 @@ fn json_and_jsonl_tables() {
             "{\"id\": \"t3\", \"header\": [\"b\"], \"rows\": [[true]]}\n",
         ),
     );
-    write(dir.path(), "broken.json", "{\"header\": [\"a\"], \"rows\": [[\"1\"]\n");
+    write(
+        dir.path(),
+        "broken.json",
+        "{\"header\": [\"a\"], \"rows\": [[\"1\"]\n",
+    );
     let (corpus, report) = load(dir.path());
     let ids: Vec<&str> = corpus.tables().iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["many.jsonl#t1", "many.jsonl#t3", "one.json"]);
@@ -156,12 +172,24 @@ fn json_and_jsonl_tables() {
     let mut reasons: Vec<String> = report
         .skipped
         .iter()
-        .map(|s| format!("{}: {}", s.path.file_name().unwrap().to_string_lossy(), s.reason))
+        .map(|s| {
+            format!(
+                "{}: {}",
+                s.path.file_name().unwrap().to_string_lossy(),
+                s.reason
+            )
+        })
         .collect();
     reasons.sort();
     assert_eq!(reasons.len(), 3, "{reasons:?}");
-    assert!(reasons[0].starts_with("broken.json: line 2: invalid JSON"), "{reasons:?}");
-    assert!(reasons[1].starts_with("many.jsonl: line 2: invalid JSON"), "{reasons:?}");
+    assert!(
+        reasons[0].starts_with("broken.json: line 2: invalid JSON"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].starts_with("many.jsonl: line 2: invalid JSON"),
+        "{reasons:?}"
+    );
     assert_eq!(reasons[2], "many.jsonl: line 4: missing \"header\"");
 }
 
@@ -172,7 +200,11 @@ fn non_utf8_decodes_lossily_with_a_warning() {
     let (corpus, report) = load(dir.path());
     assert_eq!(corpus.table(0).rows, cells(&[&["Jos\u{fffd}", "Canberra"]]));
     assert_eq!(report.warnings.len(), 1);
-    assert!(report.warnings[0].contains("byte 13"), "{}", report.warnings[0]);
+    assert!(
+        report.warnings[0].contains("byte 13"),
+        "{}",
+        report.warnings[0]
+    );
 }
 
 #[test]
@@ -261,8 +293,9 @@ fn tabfact_tables_all_load() {
     assert_eq!(report.empty_tables, 0);
     // Every table re-parses from its own serialization to the same grid.
     for (i, table) in corpus.tables().iter().enumerate().step_by(97) {
-        let back = tableseek::corpus::parse_text(corpus.text(i), tableseek::corpus::TextFormat::Csv)
-            .unwrap();
+        let back =
+            tableseek::corpus::parse_text(corpus.text(i), tableseek::corpus::TextFormat::Csv)
+                .unwrap();
         assert_eq!(back[0].header, table.header, "{}", table.id);
         assert_eq!(back[0].rows, table.rows, "{}", table.id);
     }

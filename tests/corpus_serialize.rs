@@ -43,7 +43,10 @@ fn every_format_round_trips_a_plain_table() {
     let t = table(
         "t",
         &["city", "population (2010)", "notes"],
-        &[&["Canberra", "1,000", "a \"capital\""], &["<Sydney>", "5 & 6", ""]],
+        &[
+            &["Canberra", "1,000", "a \"capital\""],
+            &["<Sydney>", "5 & 6", ""],
+        ],
     );
     for format in [TextFormat::Csv, TextFormat::Markdown, TextFormat::Html] {
         let text = serialize(&t, format);
@@ -98,7 +101,11 @@ proptest! {
 
 #[test]
 fn transpose_makes_the_first_column_the_header() {
-    let t = table("t", &["name", "2019", "2020"], &[&["gdp", "1", "2"], &["pop", "3"]]);
+    let t = table(
+        "t",
+        &["name", "2019", "2020"],
+        &[&["gdp", "1", "2"], &["pop", "3"]],
+    );
     let tt = transpose(&t);
     assert_eq!(tt.header, ["name", "gdp", "pop"]);
     assert_eq!(tt.rows, [["2019", "1", "3"], ["2020", "2", ""]]);
@@ -113,7 +120,11 @@ fn transpose_makes_the_first_column_the_header() {
 #[test]
 fn mixed_is_seeded_and_uses_all_three_formats() {
     let ids: Vec<String> = (0..300).map(|i| format!("dir/table-{i}.csv")).collect();
-    let assign = |seed| ids.iter().map(|id| mixed_format(id, seed)).collect::<Vec<_>>();
+    let assign = |seed| {
+        ids.iter()
+            .map(|id| mixed_format(id, seed))
+            .collect::<Vec<_>>()
+    };
     let seed7 = assign(7);
     assert_eq!(seed7, assign(7));
     assert_ne!(seed7, assign(8));
