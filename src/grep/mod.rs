@@ -1,1 +1,14 @@
-//! The grep stage: pattern compilation, table scoring, matched rows and previews.
+//! The grep stage: pattern compilation, table scoring, and previews.
+//!
+//! `Score(T) = (1/|P|) Σ_p 1[p occurs in T]`, each pattern a case-insensitive regex over the table's
+//! serialization ([`crate::corpus::Corpus::text`]). [`rank`] scores every table (in parallel, one pass
+//! per table) and sorts by score, highest first; equal scores keep corpus order, which for a loaded
+//! corpus is the sorted order of file paths. [`preview`] cuts what a model sees of a candidate.
+
+mod pattern;
+mod preview;
+mod rank;
+
+pub use pattern::PatternSet;
+pub use preview::{preview, Evidence, PreviewOptions};
+pub use rank::{rank, Hit};

@@ -1,0 +1,346 @@
+//! Loading a directory tree of table files into a [`Corpus`].
+//!
+//! Files are listed in a deterministic order (names sorted per directory), then read and parsed in
+//! parallel; results are collected in listing order, so the corpus is the same however the threads ran.
+//! Every problem becomes a [`Skipped`] entry and the load goes on.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+
+use super::{delimited, html, json, markdown};
+use super::{Corpus, CorpusError, Location, Parsed, SourceFormat, Table, TableMeta};
+
+/// A load shows a progress bar only once it has run this long, so quick loads stay silent.
+const PROGRESS_DELAY: Duration = Duration::from_secs(1);
+
+/// How [`Corpus::load`] reads a directory.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Show a progress bar on stderr (only when stderr is a terminal, and only after a second).
+    pub progress: bool,
+    /// Files larger than this are skipped rather than read into memory.
+    pub max_file_bytes: u64,
+    /// Follow symbolic links while walking.
+    pub follow_links: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            progress: false,
+            max_file_bytes: 1 << 30,
+            follow_links: false,
+        }
+    }
+}
+
+impl LoadOptions {
+    pub fn progress(mut self, progress: bool) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    pub fn max_file_bytes(mut self, max_file_bytes: u64) -> Self {
+        self.max_file_bytes = max_file_bytes;
+        self
+    }
+
+    pub fn follow_links(mut self, follow_links: bool) -> Self {
+        self.follow_links = follow_links;
+        self
+    }
+}
+
+/// A file, or a part of one, that did not become a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub path: PathBuf,
+    /// Starts with `line N: ` or `byte N: ` when the position is known.
+    pub reason: String,
+}
+
+/// What happened during a load besides the tables themselves.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    pub skipped: Vec<Skipped>,
+    /// Tables without a single non-blank data cell; counted, not kept.
+    pub empty_tables: usize,
+    /// Lossy decodes and similar: the data was kept but may differ from the file.
+    pub warnings: Vec<String>,
+    /// Files read as tables.
+    pub files: usize,
+    /// Bytes of those files.
+    pub bytes: u64,
+    /// Files with an extension that is not a table format (README, LICENSE, ...); not read.
+    pub ignored: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind {
+    /// `.csv`: CSV, TSV or TabFact, decided by content.
+    Delimited,
+    Tsv,
+    Markdown,
+    Html,
+    Json,
+    Jsonl,
+}
+
+fn file_kind(path: &Path) -> Option<FileKind> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "csv" => FileKind::Delimited,
+        "tsv" | "tab" => FileKind::Tsv,
+        "md" | "markdown" => FileKind::Markdown,
+        "html" | "htm" => FileKind::Html,
+        "json" => FileKind::Json,
+        "jsonl" | "ndjson" => FileKind::Jsonl,
+        _ => return None,
+    })
+}
+
+#[derive(Default)]
+struct FileOutcome {
+    tables: Vec<Table>,
+    skipped: Vec<Skipped>,
+    warnings: Vec<String>,
+    empty_tables: usize,
+    bytes: u64,
+}
+
+impl Corpus {
+    /// Loads every table file under `dir` (recursively; `dir` may also be a single file). Table ids are
+    /// paths relative to `dir` with `/` separators, plus `#N` or `#id` when a file holds several tables.
+    pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Corpus, LoadReport), CorpusError> {
+        let mut report = LoadReport::default();
+        let (root, files) = list_files(dir, opts, &mut report)?;
+        report.files = files.len();
+
+        let progress = progress_bar(opts, files.len() as u64);
+        let started = Instant::now();
+        let shown = AtomicBool::new(false);
+        let outcomes: Vec<FileOutcome> = files
+            .par_iter()
+            .map(|path| {
+                let outcome = load_file(&root, path, opts);
+                if let Some(bar) = &progress {
+                    if !shown.load(Ordering::Relaxed) && started.elapsed() >= PROGRESS_DELAY {
+                        shown.store(true, Ordering::Relaxed);
+                        bar.set_draw_target(ProgressDrawTarget::stderr());
+                    }
+                    bar.inc(1);
+                }
+                outcome
+            })
+            .collect();
+        if let Some(bar) = progress {
+            bar.finish_and_clear();
+        }
+
+        let mut tables = Vec::new();
+        for mut outcome in outcomes {
+            tables.append(&mut outcome.tables);
+            report.skipped.append(&mut outcome.skipped);
+            report.warnings.append(&mut outcome.warnings);
+            report.empty_tables += outcome.empty_tables;
+            report.bytes += outcome.bytes;
+        }
+        tracing::debug!(
+            tables = tables.len(),
+            skipped = report.skipped.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "corpus loaded"
+        );
+        Ok((Corpus::from_tables(tables), report))
+    }
+}
+
+fn progress_bar(opts: &LoadOptions, files: u64) -> Option<ProgressBar> {
+    if !opts.progress {
+        return None;
+    }
+    // Hidden until the load has taken a while; `stderr()` itself draws nothing when not a terminal.
+    let bar = ProgressBar::with_draw_target(Some(files), ProgressDrawTarget::hidden());
+    if let Ok(style) = ProgressStyle::with_template("loading {bar:40} {pos}/{len} files {elapsed}")
+    {
+        bar.set_style(style);
+    }
+    Some(bar)
+}
+
+/// The root that ids are relative to, and the table files in walk order.
+fn list_files(
+    dir: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<(PathBuf, Vec<PathBuf>), CorpusError> {
+    let metadata = std::fs::metadata(dir).map_err(|source| CorpusError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if metadata.is_file() {
+        let root = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+        return Ok((root, vec![dir.to_path_buf()]));
+    }
+    if !metadata.is_dir() {
+        return Err(CorpusError::NotADirectory(dir.to_path_buf()));
+    }
+    let mut files = Vec::new();
+    let walker = walkdir::WalkDir::new(dir)
+        .follow_links(opts.follow_links)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|entry| {
+            entry.depth() == 0 || !entry.file_name().to_string_lossy().starts_with('.')
+        });
+    for entry in walker {
+        match entry {
+            Ok(entry) if entry.file_type().is_file() => {
+                if file_kind(entry.path()).is_some() {
+                    files.push(entry.into_path());
+                } else {
+                    report.ignored.push(entry.into_path());
+                }
+            }
+            Ok(_) => {}
+            Err(err) => report.skipped.push(Skipped {
+                path: err.path().unwrap_or(dir).to_path_buf(),
+                reason: err.to_string(),
+            }),
+        }
+    }
+    Ok((dir.to_path_buf(), files))
+}
+
+fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
+    let mut outcome = FileOutcome::default();
+    let skip = |outcome: &mut FileOutcome, reason: String| {
+        outcome.skipped.push(Skipped {
+            path: path.to_path_buf(),
+            reason,
+        });
+    };
+    let Some(kind) = file_kind(path) else {
+        return outcome;
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.len() > opts.max_file_bytes => {
+            skip(
+                &mut outcome,
+                format!(
+                    "file is {} bytes, over the {}-byte limit",
+                    meta.len(),
+                    opts.max_file_bytes
+                ),
+            );
+            return outcome;
+        }
+        Ok(_) => {}
+        Err(err) => {
+            skip(&mut outcome, err.to_string());
+            return outcome;
+        }
+    }
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            skip(&mut outcome, err.to_string());
+            return outcome;
+        }
+    };
+    outcome.bytes = bytes.len() as u64;
+    let text = decode(bytes, path, &mut outcome.warnings);
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+
+    let (format, parsed) = match kind {
+        FileKind::Delimited | FileKind::Tsv => {
+            let format = if kind == FileKind::Tsv {
+                SourceFormat::Tsv
+            } else {
+                delimited::sniff(text)
+            };
+            let parsed = delimited::parse(text, format).unwrap_or_else(|err| match err {
+                CorpusError::Malformed { at, reason } => Parsed {
+                    tables: Vec::new(),
+                    problems: vec![(at, reason)],
+                },
+                other => Parsed {
+                    tables: Vec::new(),
+                    problems: vec![(Location::Unknown, other.to_string())],
+                },
+            });
+            (format, parsed)
+        }
+        FileKind::Markdown => (SourceFormat::Markdown, markdown::parse(text)),
+        FileKind::Html => (SourceFormat::Html, html::parse(text)),
+        FileKind::Json => (SourceFormat::Json, json::parse_json(text)),
+        FileKind::Jsonl => (SourceFormat::Json, json::parse_jsonl(text)),
+    };
+    for (at, reason) in parsed.problems {
+        skip(&mut outcome, format!("{at}{reason}"));
+    }
+
+    let rel = relative_id(root, path);
+    let several = parsed.tables.len() > 1;
+    let mut seen_ids = HashSet::new();
+    for (i, table) in parsed.tables.into_iter().enumerate() {
+        let id = match &table.local_id {
+            Some(local) => format!("{rel}#{local}"),
+            None if several => format!("{rel}#{i}"),
+            None => rel.clone(),
+        };
+        if !seen_ids.insert(id.clone()) {
+            skip(&mut outcome, format!("table {i}: duplicate id {id:?}"));
+            continue;
+        }
+        let has_data = table
+            .rows
+            .iter()
+            .any(|row| row.iter().any(|cell| !cell.trim().is_empty()));
+        if !has_data {
+            tracing::debug!(id, "empty table skipped");
+            outcome.empty_tables += 1;
+            continue;
+        }
+        outcome.tables.push(Table {
+            id,
+            source_format: format,
+            header: table.header,
+            rows: table.rows,
+            meta: TableMeta {
+                path: path.to_path_buf(),
+                caption: table.caption,
+                title: table.title,
+            },
+        });
+    }
+    outcome
+}
+
+fn decode(bytes: Vec<u8>, path: &Path, warnings: &mut Vec<String>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => {
+            let offset = err.utf8_error().valid_up_to();
+            warnings.push(format!(
+                "{}: byte {offset}: invalid UTF-8, decoded lossily (U+FFFD)",
+                path.display()
+            ));
+            String::from_utf8_lossy(err.as_bytes()).into_owned()
+        }
+    }
+}
+
+fn relative_id(root: &Path, path: &Path) -> String {
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    parts.join("/")
+}
