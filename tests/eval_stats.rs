@@ -57,7 +57,11 @@ fn t_test_matches_scipy() {
             case.t_test.p_value
         );
         // Much tighter than required: the formula is the same, only rounding differs.
-        assert!((r.p_value - case.t_test.p_value).abs() < 1e-12, "{}", case.name);
+        assert!(
+            (r.p_value - case.t_test.p_value).abs() < 1e-12,
+            "{}",
+            case.name
+        );
         assert!((r.t - case.t_test.t).abs() < 1e-9 * case.t_test.t.abs().max(1.0));
         assert_eq!(r.df, case.t_test.df, "{}", case.name);
         assert!((r.mean_diff - case.mean_diff).abs() < 1e-12);
@@ -84,12 +88,19 @@ fn wilcoxon_matches_scipy_in_every_method() {
             case.wilcoxon.p_value
         );
         // Same arithmetic as scipy up to summation order.
-        assert!((r.p_value - case.wilcoxon.p_value).abs() < 1e-12, "{}", case.name);
+        assert!(
+            (r.p_value - case.wilcoxon.p_value).abs() < 1e-12,
+            "{}",
+            case.name
+        );
         assert_eq!(r.z.is_some(), method == "normal");
         methods_seen.push(method);
     }
     for method in ["exact", "permutation", "normal"] {
-        assert!(methods_seen.contains(&method), "fixture lacks a {method} case");
+        assert!(
+            methods_seen.contains(&method),
+            "fixture lacks a {method} case"
+        );
     }
 }
 

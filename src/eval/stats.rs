@@ -464,6 +464,9 @@ mod tests {
         for _ in 0..100_000 {
             hits[rng.below(10)] += 1;
         }
-        assert!(hits.iter().all(|&h| (9_000..11_000).contains(&h)), "{hits:?}");
+        assert!(
+            hits.iter().all(|&h| (9_000..11_000).contains(&h)),
+            "{hits:?}"
+        );
     }
 }
