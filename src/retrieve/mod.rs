@@ -1,1 +1,3 @@
 //! Baseline retrievers (dense, rerank, BM25) on the same engine and device as the agent.
+
+pub mod bm25;
