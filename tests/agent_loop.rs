@@ -20,7 +20,11 @@ fn select_path_answers_from_the_selected_table() {
     let (t, llm) = run(
         config(),
         QUERY,
-        &[PATTERNS_FR, &select(&["T0"]), "It is listed.\nAnswer: 2148000"],
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "It is listed.\nAnswer: 2148000",
+        ],
     );
     assert_eq!(
         kinds(&t),
@@ -44,7 +48,11 @@ fn select_path_answers_from_the_selected_table() {
         }
     );
     assert_eq!(t.rounds.len(), 1);
-    let shown: Vec<&str> = t.rounds[0].candidates.iter().map(|c| c.table_id.as_str()).collect();
+    let shown: Vec<&str> = t.rounds[0]
+        .candidates
+        .iter()
+        .map(|c| c.table_id.as_str())
+        .collect();
     assert_eq!(shown, [IDS[0], IDS[1], IDS[5], IDS[2], IDS[3]]);
 }
 
@@ -92,11 +100,20 @@ fn budget_spent_in_refinement_sends_the_current_top1_to_qa() {
     let (t, llm) = run(
         config,
         "How long is the Rhine?",
-        &[PATTERNS_FR, &regenerate(&["Rhine"]), "Answer: 1233", "unused"],
+        &[
+            PATTERNS_FR,
+            &regenerate(&["Rhine"]),
+            "Answer: 1233",
+            "unused",
+        ],
     );
     assert_eq!(
         kinds(&t),
-        [StepKind::PatternGen, StepKind::RefineRegenerate, StepKind::Qa]
+        [
+            StepKind::PatternGen,
+            StepKind::RefineRegenerate,
+            StepKind::Qa
+        ]
     );
     // Top-1 of the regenerated ranking, not the top K_fb = 3 tables.
     assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
@@ -108,7 +125,11 @@ fn budget_spent_in_refinement_sends_the_current_top1_to_qa() {
 #[test]
 fn two_steps_leave_no_refine_round() {
     let config = AgentConfig::builder().max_steps(2).build().unwrap();
-    let (t, _) = run(config, QUERY, &[PATTERNS_FR, "Answer: INSUFFICIENT", "unused"]);
+    let (t, _) = run(
+        config,
+        QUERY,
+        &[PATTERNS_FR, "Answer: INSUFFICIENT", "unused"],
+    );
     assert_eq!(kinds(&t), [StepKind::PatternGen, StepKind::Qa]);
     assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
 }
@@ -144,7 +165,11 @@ fn fallback_walks_the_ranking_and_stops_on_a_satisfactory_answer() {
     let verdicts: Vec<Verdict> = t.tables_seen.iter().map(|s| s.verdict).collect();
     assert_eq!(
         verdicts,
-        [Verdict::Insufficient, Verdict::Insufficient, Verdict::Answered]
+        [
+            Verdict::Insufficient,
+            Verdict::Insufficient,
+            Verdict::Answered
+        ]
     );
     assert_eq!(t.answer, "2148000");
     assert_eq!(t.final_table.as_deref(), Some(IDS[5]));
@@ -256,7 +281,11 @@ fn invented_ids_are_ignored() {
     let (t, _) = run(
         config(),
         QUERY,
-        &[PATTERNS_FR, r#"{"action": "select", "tables": ["T9", "Table_2"]}"#, "Answer: 1"],
+        &[
+            PATTERNS_FR,
+            r#"{"action": "select", "tables": ["T9", "Table_2"]}"#,
+            "Answer: 1",
+        ],
     );
     assert_eq!(t.calls[1].kind, StepKind::RefineSelect);
     assert_eq!(t.final_table.as_deref(), Some(IDS[5]));
@@ -278,7 +307,11 @@ fn unusable_pattern_output_falls_back_to_query_words() {
     let (t, llm) = run(
         config(),
         "Which river is longer, the Rhine or the Seine?",
-        &["<think>hmm</think>Sorry, I cannot help.", &select(&["T0"]), "Answer: Rhine"],
+        &[
+            "<think>hmm</think>Sorry, I cannot help.",
+            &select(&["T0"]),
+            "Answer: Rhine",
+        ],
     );
     assert!(!t.calls[0].parsed);
     match &t.calls[0].action {
@@ -326,7 +359,12 @@ fn refine_can_recover_from_an_empty_ranking() {
     let (t, llm) = run(
         config(),
         "How long is the Seine?",
-        &[r#"["zzz"]"#, &regenerate(&["Seine"]), &select(&["T0"]), "Answer: 777"],
+        &[
+            r#"["zzz"]"#,
+            &regenerate(&["Seine"]),
+            &select(&["T0"]),
+            "Answer: 777",
+        ],
     );
     assert!(user_text(&llm.requests()[1]).contains("no table matched"));
     assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
@@ -340,7 +378,10 @@ fn history_full_continues_one_conversation() {
         &select(&["T0"]),
         "Answer: 777",
     ];
-    let full = AgentConfig::builder().history(History::Full).build().unwrap();
+    let full = AgentConfig::builder()
+        .history(History::Full)
+        .build()
+        .unwrap();
     let (t_full, llm_full) = run(full, "How long is the Seine?", &outputs);
     let (t_none, llm_none) = run(config(), "How long is the Seine?", &outputs);
     assert_eq!(t_full.final_table, t_none.final_table);
@@ -351,7 +392,11 @@ fn history_full_continues_one_conversation() {
     assert_eq!(&second[..first.len()], &first[..]);
     assert_eq!(second[first.len()].role, Role::Assistant);
     assert_eq!(second[first.len()].content, outputs[1]);
-    assert!(second.last().unwrap().content.contains("New search results"));
+    assert!(second
+        .last()
+        .unwrap()
+        .content
+        .contains("New search results"));
     // Without history the second refine call is a fresh two-message conversation.
     assert_eq!(llm_none.requests()[2].messages.len(), 2);
     // The whole first round is reused from the cache with history, only a prefix without.
@@ -388,25 +433,47 @@ fn successive_calls_share_the_system_and_query_prefix() {
 
 #[test]
 fn trajectories_are_deterministic_once_timings_are_zeroed() {
-    let outputs = [PATTERNS_FR, "{'action': 'select', 'tables': ['T1',],}", "Answer: x"];
+    let outputs = [
+        PATTERNS_FR,
+        "{'action': 'select', 'tables': ['T1',],}",
+        "Answer: x",
+    ];
     let space = corpus();
     let agent = Agent::new(config()).unwrap();
     let mut a = agent
-        .run(&mut ScriptedLlm::new(outputs).with_latency(12.5), &space, QUERY)
+        .run(
+            &mut ScriptedLlm::new(outputs).with_latency(12.5),
+            &space,
+            QUERY,
+        )
         .unwrap();
     let mut b = agent
-        .run(&mut ScriptedLlm::new(outputs).with_latency(40.0), &space, QUERY)
+        .run(
+            &mut ScriptedLlm::new(outputs).with_latency(40.0),
+            &space,
+            QUERY,
+        )
         .unwrap();
     assert_eq!(a.totals.ms, 37.5);
-    assert_ne!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+    assert_ne!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
     a.zero_timings();
     b.zero_timings();
-    assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
 }
 
 #[test]
 fn trajectory_json_has_the_agreed_keys() {
-    let (t, _) = run(config(), QUERY, &[PATTERNS_FR, &select(&["T0"]), "Answer: 2148000"]);
+    let (t, _) = run(
+        config(),
+        QUERY,
+        &[PATTERNS_FR, &select(&["T0"]), "Answer: 2148000"],
+    );
     let json = serde_json::to_value(&t).unwrap();
     for key in [
         "query",
@@ -423,7 +490,15 @@ fn trajectory_json_has_the_agreed_keys() {
     }
     assert_eq!(json["task"], "tableqa");
     let call = &json["calls"][1];
-    for key in ["kind", "prompt_tokens", "cached_tokens", "ms", "output", "parsed", "action"] {
+    for key in [
+        "kind",
+        "prompt_tokens",
+        "cached_tokens",
+        "ms",
+        "output",
+        "parsed",
+        "action",
+    ] {
         assert!(call.get(key).is_some(), "missing calls[].{key}");
     }
     assert_eq!(call["kind"], "refine-select");
@@ -502,7 +577,12 @@ fn fact_verification_falls_back_on_cannot_verify_and_reports_refuted_at_the_end(
     let (t, _) = run(
         config,
         claim,
-        &[PATTERNS_FR, &select(&["T0"]), "Answer: CANNOT VERIFY", "**Answer:** Supported."],
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "Answer: CANNOT VERIFY",
+            "**Answer:** Supported.",
+        ],
     );
     assert_eq!(t.verdict, Some(Verdict::Supported));
     assert_eq!(t.answer, "supported");

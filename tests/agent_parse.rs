@@ -62,7 +62,11 @@ fn ids_in_every_spelling() {
 #[test]
 fn invented_ids_are_dropped_and_selections_capped() {
     assert_eq!(
-        choose(r#"{"action": "select", "tables": ["T7", "T1", "T1", 0, "T4"]}"#, 5, 2),
+        choose(
+            r#"{"action": "select", "tables": ["T7", "T1", "T1", 0, "T4"]}"#,
+            5,
+            2
+        ),
         Some(vec![1, 0])
     );
     assert_eq!(
@@ -70,13 +74,19 @@ fn invented_ids_are_dropped_and_selections_capped() {
         RefineDecision::None(NoneReason::InvalidIds)
     );
     // A single id instead of a list.
-    assert_eq!(choose(r#"{"action": "select", "tables": "T4"}"#, 5, 1), Some(vec![4]));
+    assert_eq!(
+        choose(r#"{"action": "select", "tables": "T4"}"#, 5, 1),
+        Some(vec![4])
+    );
 }
 
 #[test]
 fn shapes_without_an_action_key() {
     assert_eq!(choose(r#"{"select": ["Table_1"]}"#, 5, 1), Some(vec![1]));
-    assert_eq!(choose(r#"{"rerank": ["T1", "T0"]}"#, 3, 3), Some(vec![1, 0]));
+    assert_eq!(
+        choose(r#"{"rerank": ["T1", "T0"]}"#, 3, 3),
+        Some(vec![1, 0])
+    );
     assert_eq!(
         parse_refine(r#"{"patterns": ["a", "b"]}"#, 5, 1).decision,
         RefineDecision::Regenerate(vec!["a".into(), "b".into()])
@@ -97,10 +107,19 @@ fn shapes_without_an_action_key() {
 
 #[test]
 fn unparseable_output_is_reported_as_such() {
-    for text in ["", "select T1", "{not json at all", "[\"T1\"]", "{\"reason\": \"hmm\"}"] {
+    for text in [
+        "",
+        "select T1",
+        "{not json at all",
+        "[\"T1\"]",
+        "{\"reason\": \"hmm\"}",
+    ] {
         let parsed = parse_refine(text, 5, 1);
         assert!(!parsed.parsed, "{text:?}");
-        assert_eq!(parsed.decision, RefineDecision::None(NoneReason::Unparseable));
+        assert_eq!(
+            parsed.decision,
+            RefineDecision::None(NoneReason::Unparseable)
+        );
     }
 }
 
@@ -117,7 +136,11 @@ fn thinking_is_stripped_in_all_its_forms() {
     assert_eq!(strip_thinking("reasoning only</think>answer"), "answer");
     assert_eq!(strip_thinking("answer<think>never closed"), "answer");
     assert_eq!(
-        choose(r#"<think>{"action": "select", "tables": ["T0"]}</think>{"select": ["T2"]}"#, 5, 1),
+        choose(
+            r#"<think>{"action": "select", "tables": ["T0"]}</think>{"select": ["T2"]}"#,
+            5,
+            1
+        ),
         Some(vec![2])
     );
 }
@@ -125,10 +148,15 @@ fn thinking_is_stripped_in_all_its_forms() {
 #[test]
 fn patterns_are_cleaned_and_deduplicated() {
     assert_eq!(
-        parse_patterns("Here you go:\n```\n[\"Paris\", \" paris \", \"Paris\", \"\", 2020, null]\n```"),
+        parse_patterns(
+            "Here you go:\n```\n[\"Paris\", \" paris \", \"Paris\", \"\", 2020, null]\n```"
+        ),
         Some(vec!["Paris".into(), "paris".into(), "2020".into()])
     );
-    assert_eq!(parse_patterns(r#"{"patterns": ["a"]}"#), Some(vec!["a".into()]));
+    assert_eq!(
+        parse_patterns(r#"{"patterns": ["a"]}"#),
+        Some(vec!["a".into()])
+    );
     assert_eq!(parse_patterns("[]"), None);
     assert_eq!(parse_patterns("no json"), None);
     let many: Vec<String> = (0..100).map(|i| format!("p{i}")).collect();
@@ -140,7 +168,10 @@ fn patterns_are_cleaned_and_deduplicated() {
 fn qa_answers_and_insufficiency() {
     let qa = |t: &str| parse_qa(t, TaskType::Tableqa, QaVariant::TableSeek);
     let got = qa("The row for Paris shows it.\nAnswer: 2,148,000.");
-    assert_eq!((got.answer.as_str(), got.verdict, got.parsed), ("2,148,000", Verdict::Answered, true));
+    assert_eq!(
+        (got.answer.as_str(), got.verdict, got.parsed),
+        ("2,148,000", Verdict::Answered, true)
+    );
     assert_eq!(qa("**Answer:** \"Berlin\"").answer, "Berlin");
     assert_eq!(qa(r#"{"answer": ["Paris", "Rome"]}"#).answer, "Paris, Rome");
     assert_eq!(qa("Final answer: 42").answer, "42");
@@ -156,15 +187,24 @@ fn qa_answers_and_insufficiency() {
         "",
         "<think>long</think>",
     ] {
-        assert_eq!(qa(insufficient).verdict, Verdict::Insufficient, "{insufficient:?}");
+        assert_eq!(
+            qa(insufficient).verdict,
+            Verdict::Insufficient,
+            "{insufficient:?}"
+        );
     }
     // Long answers that happen to contain a loose phrase are still answers.
-    let long = "Answer: The club that does not contain any foreign players in its squad, which over \
+    let long =
+        "Answer: The club that does not contain any foreign players in its squad, which over \
                 the seasons covered by this table remained the only one, listed in the third row \
                 with its home ground and coach, is Athletic Bilbao of Spain";
     assert_eq!(qa(long).verdict, Verdict::Answered);
     // The baseline variant has no insufficiency option.
-    let baseline = parse_qa("Answer: INSUFFICIENT", TaskType::Tableqa, QaVariant::Baseline);
+    let baseline = parse_qa(
+        "Answer: INSUFFICIENT",
+        TaskType::Tableqa,
+        QaVariant::Baseline,
+    );
     assert_eq!(baseline.verdict, Verdict::Answered);
 }
 
@@ -195,17 +235,38 @@ fn fact_labels_are_normalized() {
 
     let fact = |t: &str, v| parse_qa(t, TaskType::FactVerification, v);
     let seek = fact("Answer: CANNOT VERIFY", QaVariant::TableSeek);
-    assert_eq!((seek.verdict, seek.answer.as_str()), (Verdict::Unverifiable, "cannot_verify"));
+    assert_eq!(
+        (seek.verdict, seek.answer.as_str()),
+        (Verdict::Unverifiable, "cannot_verify")
+    );
     let base = fact("Answer: CANNOT VERIFY", QaVariant::Baseline);
-    assert_eq!((base.verdict, base.answer.as_str()), (Verdict::Refuted, "refuted"));
-    assert_eq!(fact("gibberish", QaVariant::TableSeek).verdict, Verdict::Unverifiable);
-    assert_eq!(fact("gibberish", QaVariant::Baseline).verdict, Verdict::Refuted);
-    assert_eq!(fact("{\"label\": \"Supported\"}", QaVariant::TableSeek).answer, "supported");
+    assert_eq!(
+        (base.verdict, base.answer.as_str()),
+        (Verdict::Refuted, "refuted")
+    );
+    assert_eq!(
+        fact("gibberish", QaVariant::TableSeek).verdict,
+        Verdict::Unverifiable
+    );
+    assert_eq!(
+        fact("gibberish", QaVariant::Baseline).verdict,
+        Verdict::Refuted
+    );
+    assert_eq!(
+        fact("{\"label\": \"Supported\"}", QaVariant::TableSeek).answer,
+        "supported"
+    );
 }
 
 #[test]
 fn is_insufficient_is_not_fooled_by_ordinary_answers() {
-    for answer in ["Paris", "2148000", "no", "None of the above players", "Not applicable"] {
+    for answer in [
+        "Paris",
+        "2148000",
+        "no",
+        "None of the above players",
+        "Not applicable",
+    ] {
         assert!(!is_insufficient(answer), "{answer:?}");
     }
 }
@@ -218,14 +279,21 @@ fn baseline_qa_prompts_offer_no_way_out() {
         score: None,
     }];
     let render = |m: Vec<tableseek::agent::ChatMessage>| {
-        m.iter().map(|m| m.content.clone()).collect::<Vec<_>>().join("\n")
+        m.iter()
+            .map(|m| m.content.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     let seek_qa = render(prompts::qa(TaskType::Tableqa, "q?", &tables));
     let base_qa = render(prompts::baseline_qa(TaskType::Tableqa, "q?", &tables));
     assert!(seek_qa.contains("INSUFFICIENT"));
     assert!(!base_qa.contains("INSUFFICIENT"));
     let seek_fv = render(prompts::qa(TaskType::FactVerification, "c", &tables));
-    let base_fv = render(prompts::baseline_qa(TaskType::FactVerification, "c", &tables));
+    let base_fv = render(prompts::baseline_qa(
+        TaskType::FactVerification,
+        "c",
+        &tables,
+    ));
     assert!(seek_fv.contains("CANNOT VERIFY"));
     assert!(!base_fv.contains("CANNOT VERIFY"));
     assert!(base_fv.contains("counts as refuted"));

@@ -21,7 +21,11 @@ fn every_select_strategy_shows_n_and_keeps_at_most_m() {
         let Strategy::Select { n, m } = strategy else {
             continue;
         };
-        let (t, llm) = run(with_strategy(strategy), QUERY, &[PATTERNS_FR, &all_ids, "Answer: 1"]);
+        let (t, llm) = run(
+            with_strategy(strategy),
+            QUERY,
+            &[PATTERNS_FR, &all_ids, "Answer: 1"],
+        );
         // Six tables match; n candidates are shown when that many exist.
         assert_eq!(shown_sections(&llm.requests()[1]), n.min(6), "{strategy}");
         assert_eq!(t.rounds[0].candidates.len(), n.min(6), "{strategy}");
@@ -46,7 +50,11 @@ fn every_rerank_strategy_sends_the_models_top_table_forward() {
             continue;
         };
         let order = r#"{"action": "rerank", "order": ["T9", "T2", "T0", "T1"]}"#;
-        let (t, llm) = run(with_strategy(strategy), QUERY, &[PATTERNS_FR, order, "Answer: 1"]);
+        let (t, llm) = run(
+            with_strategy(strategy),
+            QUERY,
+            &[PATTERNS_FR, order, "Answer: 1"],
+        );
         assert_eq!(shown_sections(&llm.requests()[1]), n.min(6), "{strategy}");
         assert!(user_text(&llm.requests()[1]).contains("\"rerank\""));
         assert_eq!(t.calls[1].kind, StepKind::RefineRerank, "{strategy}");
@@ -65,7 +73,12 @@ fn rerank_may_regenerate_too() {
     let (t, _) = run(
         with_strategy(Strategy::Rerank { n: 3 }),
         "How long is the Seine?",
-        &[PATTERNS_FR, &regenerate(&["Seine"]), r#"{"order": ["T0"]}"#, "Answer: 777"],
+        &[
+            PATTERNS_FR,
+            &regenerate(&["Seine"]),
+            r#"{"order": ["T0"]}"#,
+            "Answer: 777",
+        ],
     );
     assert_eq!(
         kinds(&t)[1..3],
@@ -93,7 +106,12 @@ fn no_fallback_stops_after_one_qa_call() {
     let (t, llm) = run(
         config,
         QUERY,
-        &[PATTERNS_FR, &select(&["T1"]), "Answer: INSUFFICIENT", "unused"],
+        &[
+            PATTERNS_FR,
+            &select(&["T1"]),
+            "Answer: INSUFFICIENT",
+            "unused",
+        ],
     );
     assert_eq!(t.steps, 3);
     assert_eq!(llm.remaining(), 1);
@@ -194,8 +212,14 @@ fn match_only_qa_shows_qa_the_matched_rows_only() {
 #[test]
 fn evidence_size_reaches_the_previews() {
     let outputs = [r#"["Germany", "France"]"#, &select(&["T0"]), "Answer: 1"];
-    let small = AgentConfig::builder().evidence(Evidence::Small).build().unwrap();
-    let full = AgentConfig::builder().evidence(Evidence::Full).build().unwrap();
+    let small = AgentConfig::builder()
+        .evidence(Evidence::Small)
+        .build()
+        .unwrap();
+    let full = AgentConfig::builder()
+        .evidence(Evidence::Full)
+        .build()
+        .unwrap();
     let (_, small) = run(small, QUERY, &outputs);
     let (_, full) = run(full, QUERY, &outputs);
     // Spain's row matches no pattern: only the whole-table preview shows it.

@@ -62,9 +62,15 @@ pub fn assert_no_leak(requests: &[LlmRequest]) {
         for id in IDS {
             assert!(!text.contains(id), "table id {id} leaked into a prompt");
             let file = id.rsplit('/').next().unwrap();
-            assert!(!text.contains(file), "file name {file} leaked into a prompt");
+            assert!(
+                !text.contains(file),
+                "file name {file} leaked into a prompt"
+            );
             let stem = file.split('.').next().unwrap();
-            assert!(!text.contains(stem), "file stem {stem} leaked into a prompt");
+            assert!(
+                !text.contains(stem),
+                "file stem {stem} leaked into a prompt"
+            );
         }
         assert!(!text.contains("vault"), "storage directory leaked");
     }
