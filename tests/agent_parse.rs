@@ -338,3 +338,25 @@ proptest! {
         let _ = parse_patterns(&text);
     }
 }
+
+#[test]
+fn baseline_qa_runs_one_call_without_the_insufficiency_option() {
+    use tableseek::agent::testing::ScriptedLlm;
+    let mut llm = ScriptedLlm::new(["Answer: CANNOT VERIFY"]);
+    let (outcome, response) = tableseek::agent::baseline_qa(
+        &mut llm,
+        TaskType::FactVerification,
+        "Paris is in Spain.",
+        &["city,country\nParis,France".to_string()],
+        64,
+    )
+    .unwrap();
+    assert_eq!(outcome.verdict, Verdict::Refuted);
+    assert_eq!(response.text, "Answer: CANNOT VERIFY");
+    let request = &llm.requests()[0];
+    assert_eq!(request.max_new_tokens, 64);
+    assert!(request.messages[1]
+        .content
+        .contains("### T0\ncity,country\nParis,France"));
+    assert!(!request.messages[1].content.contains("CANNOT VERIFY"));
+}

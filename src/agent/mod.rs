@@ -13,6 +13,24 @@
 //! Storage metadata never reaches a prompt: the loop only ever renders [`SearchSpace::preview`] and
 //! [`SearchSpace::full_text`] and its own anonymous ids; [`SearchSpace::table_id`] goes into the
 //! [`Trajectory`] only.
+//!
+//! ```
+//! use tableseek::agent::testing::{MemorySpace, ScriptedLlm};
+//! use tableseek::agent::{Agent, AgentConfig};
+//!
+//! let space = MemorySpace::new([("data/cities.csv", "city,population\nParis,2148000")]);
+//! let mut llm = ScriptedLlm::new([
+//!     r#"["Paris", "population"]"#,
+//!     r#"{"action": "select", "tables": ["T0"]}"#,
+//!     "Answer: 2148000",
+//! ]);
+//! let agent = Agent::new(AgentConfig::builder().max_steps(10).build()?)?;
+//! let trajectory = agent.run(&mut llm, &space, "How many people live in Paris?")?;
+//! assert_eq!(trajectory.answer, "2148000");
+//! assert_eq!(trajectory.final_table.as_deref(), Some("data/cities.csv"));
+//! assert_eq!(trajectory.steps, 3);
+//! # Ok::<(), tableseek::agent::AgentError>(())
+//! ```
 
 mod config;
 pub mod parse;
@@ -27,7 +45,7 @@ pub use config::{
     Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
 };
 pub use parse::{QaOutcome, QaVariant, Verdict};
-pub use run::Agent;
+pub use run::{baseline_qa, Agent};
 pub use trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Totals,
     Trajectory,
@@ -152,7 +170,8 @@ pub trait SearchSpace {
     /// nothing may be left out.
     fn rank(&self, patterns: &[String]) -> Vec<RankedTable>;
     /// A structure-preserving preview: the table's head plus rows matched by `patterns`, sized by
-    /// `evidence`; with `match_only` the matched rows alone. Must contain no ids, paths or titles.
+    /// `evidence`; with `match_only` the matched rows alone (also what QA reads under the
+    /// `match_only_qa` ablation). Must contain no ids, paths or titles.
     fn preview(
         &self,
         table: usize,

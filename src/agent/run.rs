@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use tracing::{debug, warn};
 
-use super::parse::{self, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
+use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
 use super::prompts::{self, RefineOptions, ShownTable};
 use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
@@ -377,6 +377,34 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         self.record(step_kind, response, outcome.parsed, action);
         Ok(outcome.verdict)
     }
+}
+
+/// One QA call with the baseline prompt (dense / rerank pipelines): no insufficiency option, an
+/// unverifiable claim counts as refuted. `tables` are rendered table texts, shown as `T0`...
+pub fn baseline_qa<L: Llm + ?Sized>(
+    llm: &mut L,
+    task: TaskType,
+    query: &str,
+    tables: &[String],
+    max_new_tokens: usize,
+) -> Result<(QaOutcome, LlmResponse), AgentError> {
+    let shown: Vec<ShownTable> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, text)| ShownTable {
+            id: shown_id(i),
+            text: text.clone(),
+            score: None,
+        })
+        .collect();
+    let request = LlmRequest {
+        messages: prompts::baseline_qa(task, query, &shown),
+        max_new_tokens,
+        kind: CallKind::Qa,
+    };
+    let response = llm.chat(&request)?;
+    let outcome = parse::parse_qa(&response.text, task, QaVariant::Baseline);
+    Ok((outcome, response))
 }
 
 fn shown_id(position: usize) -> String {
