@@ -80,8 +80,8 @@ the evidence for this {subject} would contain:\n\
 would likely use;\n\
 - variants: abbreviations, singular and plural, naming conventions (snake_case, camelCase, spaced \
 words) and the formats values may be stored in (dates, numbers, codes);\n\
-- short, specific patterns; several simple patterns beat one long one; skip words that every \
-table contains.\n\
+- short, specific patterns, about 3 to 8 of them; several simple patterns beat one long one; \
+skip words that every table contains.\n\
 Reply with a JSON list of strings only, for example: [\"first pattern\", \"column_name\", \
 \"value.*format\"]",
         prefix = task_prefix(task, query),
@@ -189,7 +189,7 @@ pub fn refine(
     candidates: &[ShownTable],
 ) -> Vec<ChatMessage> {
     let user = format!(
-        "{}{}{}",
+        "{}{}{}Your decision, as one JSON object:",
         task_prefix(options.task, query),
         refine_instructions(options),
         candidates_block(patterns, candidates)
