@@ -360,3 +360,23 @@ fn baseline_qa_runs_one_call_without_the_insufficiency_option() {
         .contains("### T0\ncity,country\nParis,France"));
     assert!(!request.messages[1].content.contains("CANNOT VERIFY"));
 }
+
+#[test]
+fn regex_escapes_written_without_json_escaping_survive() {
+    let text = r#"Patterns: ["\d{5}", "zip\.code", "\bParis\b", "a\\sb", 'it\'s']"#;
+    assert_eq!(
+        parse_patterns(text),
+        Some(vec![
+            r"\d{5}".to_string(),
+            r"zip\.code".to_string(),
+            r"\bParis\b".to_string(),
+            r"a\sb".to_string(),
+            "it's".to_string(),
+        ])
+    );
+    // Properly escaped JSON keeps its meaning, word boundaries included.
+    assert_eq!(
+        parse_patterns(r#"["\\bRome\\b", "\\d+"]"#),
+        Some(vec![r"\bRome\b".to_string(), r"\d+".to_string()])
+    );
+}

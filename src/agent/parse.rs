@@ -98,7 +98,8 @@ fn parse_lenient(span: &str) -> Option<Value> {
         .or_else(|| serde_json::from_str(&repair(span)).ok())
 }
 
-/// Single-quoted strings become double-quoted, trailing commas go. Apostrophes inside
+/// Single-quoted strings become double-quoted, trailing commas go, and backslashes that start no
+/// JSON escape (regex escapes such as `\d`, written unescaped) become literal. Apostrophes inside
 /// double-quoted strings are left alone.
 fn repair(span: &str) -> String {
     let mut out = String::with_capacity(span.len() + 8);
@@ -110,14 +111,18 @@ fn repair(span: &str) -> String {
             Some(q) => {
                 if escaped {
                     escaped = false;
-                    // `\'` is not a JSON escape; inside a converted string a bare `'` is enough.
-                    if c == '\'' && q == '\'' {
-                        out.pop();
-                    }
                     out.push(c);
                 } else if c == '\\' {
-                    escaped = true;
-                    out.push(c);
+                    match chars.get(i + 1) {
+                        // `\'` is no JSON escape; a bare `'` is fine inside a `"` string.
+                        Some('\'') => escaped = true,
+                        Some('"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't' | 'u') => {
+                            escaped = true;
+                            out.push(c);
+                        }
+                        // A regex escape such as `\d` or `\.`: keep it as a literal backslash.
+                        _ => out.push_str("\\\\"),
+                    }
                 } else if c == q {
                     quote = None;
                     out.push('"');
@@ -168,7 +173,8 @@ fn pattern_list(value: &Value) -> Option<Vec<String>> {
     let mut patterns: Vec<String> = Vec::new();
     for item in items {
         let text = match item {
-            Value::String(s) => s.trim().to_string(),
+            // JSON reads `\b` as a backspace; in a pattern it can only have meant a word boundary.
+            Value::String(s) => s.trim().replace('\u{8}', "\\b"),
             Value::Number(n) => n.to_string(),
             _ => continue,
         };
