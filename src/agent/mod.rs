@@ -1,1 +1,186 @@
 //! The TableSeek loop: pattern generation, refine rounds, answerability check with fallback.
+//!
+//! One query runs as: the model writes grep patterns → the search space ranks tables by them →
+//! refine rounds show the model previews of the top candidates under anonymous ids (`T0`..) and it
+//! selects, reranks or regenerates patterns → QA on the chosen tables → fallback QA on the next
+//! ranked tables while the model says the evidence is insufficient and the step budget allows.
+//! Every LLM call counts as one step; one step is always kept for QA.
+//!
+//! The loop is decoupled from the engine and from the grep stage through two small traits, [`Llm`]
+//! and [`SearchSpace`], so it can be tested with scripted outputs ([`testing`]) and adapted to the
+//! real engine and corpus without changes here.
+//!
+//! Storage metadata never reaches a prompt: the loop only ever renders [`SearchSpace::preview`] and
+//! [`SearchSpace::full_text`] and its own anonymous ids; [`SearchSpace::table_id`] goes into the
+//! [`Trajectory`] only.
+//!
+//! ```
+//! use tableseek::agent::testing::{MemorySpace, ScriptedLlm};
+//! use tableseek::agent::{Agent, AgentConfig};
+//!
+//! let space = MemorySpace::new([("data/cities.csv", "city,population\nParis,2148000")]);
+//! let mut llm = ScriptedLlm::new([
+//!     r#"["Paris", "population"]"#,
+//!     r#"{"action": "select", "tables": ["T0"]}"#,
+//!     "Answer: 2148000",
+//! ]);
+//! let agent = Agent::new(AgentConfig::builder().max_steps(10).build()?)?;
+//! let trajectory = agent.run(&mut llm, &space, "How many people live in Paris?")?;
+//! assert_eq!(trajectory.answer, "2148000");
+//! assert_eq!(trajectory.final_table.as_deref(), Some("data/cities.csv"));
+//! assert_eq!(trajectory.steps, 3);
+//! # Ok::<(), tableseek::agent::AgentError>(())
+//! ```
+
+mod config;
+pub mod parse;
+pub mod prompts;
+mod run;
+pub mod testing;
+mod trajectory;
+
+use serde::{Deserialize, Serialize};
+
+pub use config::{
+    Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
+};
+pub use parse::{QaOutcome, QaVariant, Verdict};
+pub use run::{baseline_qa, Agent};
+pub use trajectory::{
+    Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Totals,
+    Trajectory,
+};
+
+/// Errors of the agent loop and of the backends it drives.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The LLM backend failed (engine error, exhausted script, ...).
+    #[error("LLM backend: {0}")]
+    Llm(String),
+    /// A configuration value is out of range or two switches contradict each other.
+    #[error("invalid agent configuration: {0}")]
+    InvalidConfig(String),
+    /// A strategy or evidence name could not be read.
+    #[error("cannot parse {what} from {input:?}: {expected}")]
+    BadName {
+        what: &'static str,
+        input: String,
+        expected: &'static str,
+    },
+    /// A backend call failed mid-query; `partial` holds every call made before it, so no work is lost.
+    #[error("query aborted at call {call}: {reason}")]
+    Aborted {
+        call: usize,
+        reason: String,
+        partial: Box<Trajectory>,
+    },
+}
+
+/// Who wrote a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One chat turn, before the engine applies its chat template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::System,
+            content: content.into(),
+        }
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
+}
+
+/// Which stage of the loop issues a request (known before the model answers; the trajectory's
+/// [`StepKind`] adds what the model then decided).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallKind {
+    PatternGen,
+    Refine,
+    Qa,
+    QaFallback,
+}
+
+/// One request to the LLM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmRequest {
+    pub messages: Vec<ChatMessage>,
+    pub max_new_tokens: usize,
+    pub kind: CallKind,
+}
+
+/// The model's reply with the accounting the trajectory keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmResponse {
+    pub text: String,
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from a reused KV-cache prefix.
+    pub cached_tokens: usize,
+    /// Wall time of the call in milliseconds.
+    pub ms: f64,
+}
+
+/// What the agent needs from an LLM (the engine adapter implements it; tests use
+/// [`testing::ScriptedLlm`]). Decoding is expected to be greedy, so a query's run is deterministic.
+pub trait Llm {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError>;
+}
+
+impl<L: Llm + ?Sized> Llm for &mut L {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+        (**self).chat(request)
+    }
+}
+
+/// One entry of a ranking: a table index of the search space and its pattern score.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RankedTable {
+    pub table: usize,
+    pub score: f64,
+}
+
+/// What the agent needs from the corpus + grep stage.
+pub trait SearchSpace {
+    /// Tables ordered by score, best first; ties in a deterministic order. Tables that match
+    /// nothing may be left out.
+    fn rank(&self, patterns: &[String]) -> Vec<RankedTable>;
+    /// A structure-preserving preview: the table's head plus rows matched by `patterns`, sized by
+    /// `evidence`; with `match_only` the matched rows alone (also what QA reads under the
+    /// `match_only_qa` ablation). Must contain no ids, paths or titles.
+    fn preview(
+        &self,
+        table: usize,
+        patterns: &[String],
+        evidence: Evidence,
+        match_only: bool,
+    ) -> String;
+    /// The whole table as QA reads it. Must contain no ids, paths or titles.
+    fn full_text(&self, table: usize) -> String;
+    /// The real table id, for the trajectory only: never rendered into a prompt.
+    fn table_id(&self, table: usize) -> &str;
+}

@@ -1,0 +1,413 @@
+//! Agent settings: budget, refine strategy, evidence size, history, ablation switches.
+//!
+//! Strategy and evidence names are the ones the method spec and the CLI use (`5s1`, `r3`, `small`,
+//! ...); they round-trip through [`FromStr`] / [`Display`] and serialize as those strings.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::AgentError;
+
+/// What kind of answer the query wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskType {
+    /// Free-form answer, or "insufficient" when the tables lack the evidence.
+    #[default]
+    Tableqa,
+    /// Supported / refuted, or "cannot verify from this table".
+    FactVerification,
+}
+
+impl TaskType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskType::Tableqa => "tableqa",
+            TaskType::FactVerification => "fact_verification",
+        }
+    }
+}
+
+impl fmt::Display for TaskType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TaskType {
+    type Err = AgentError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "tableqa" | "qa" => Ok(TaskType::Tableqa),
+            "fact_verification" | "fact" | "factver" => Ok(TaskType::FactVerification),
+            _ => Err(AgentError::BadName {
+                what: "task type",
+                input: s.to_string(),
+                expected: "tableqa or fact_verification",
+            }),
+        }
+    }
+}
+
+/// How much of each candidate a preview shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Evidence {
+    /// 1 matched row per pattern, 5 in total (the paper's default).
+    #[default]
+    Small,
+    /// 2 per pattern, 10 in total.
+    Medium,
+    /// 3 per pattern, 15 in total.
+    Big,
+    /// The whole table, no row matching.
+    Full,
+}
+
+impl Evidence {
+    /// `(rows per pattern, rows in total)`, or `None` for the whole table.
+    pub fn row_limits(self) -> Option<(usize, usize)> {
+        match self {
+            Evidence::Small => Some((1, 5)),
+            Evidence::Medium => Some((2, 10)),
+            Evidence::Big => Some((3, 15)),
+            Evidence::Full => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evidence::Small => "small",
+            Evidence::Medium => "medium",
+            Evidence::Big => "big",
+            Evidence::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for Evidence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Evidence {
+    type Err = AgentError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "small" => Ok(Evidence::Small),
+            "medium" => Ok(Evidence::Medium),
+            "big" => Ok(Evidence::Big),
+            "full" => Ok(Evidence::Full),
+            _ => Err(AgentError::BadName {
+                what: "evidence size",
+                input: s.to_string(),
+                expected: "small, medium, big or full",
+            }),
+        }
+    }
+}
+
+/// How a refine round lets the model commit to tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// `nSm`: show `n` candidates, the model may select up to `m` of them (or regenerate).
+    Select { n: usize, m: usize },
+    /// `rN`: show `n` candidates, the model reorders them (or regenerates); the top one goes on.
+    Rerank { n: usize },
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy::Select { n: 5, m: 1 }
+    }
+}
+
+impl Strategy {
+    /// The strategies the paper evaluates.
+    pub const PAPER: [Strategy; 8] = [
+        Strategy::Select { n: 5, m: 1 },
+        Strategy::Select { n: 5, m: 3 },
+        Strategy::Select { n: 10, m: 1 },
+        Strategy::Select { n: 10, m: 3 },
+        Strategy::Select { n: 10, m: 5 },
+        Strategy::Rerank { n: 3 },
+        Strategy::Rerank { n: 5 },
+        Strategy::Rerank { n: 10 },
+    ];
+
+    /// Candidates shown per refine round.
+    pub fn candidates(self) -> usize {
+        match self {
+            Strategy::Select { n, .. } | Strategy::Rerank { n } => n,
+        }
+    }
+
+    /// Tables one decision may send to QA.
+    pub fn max_select(self) -> usize {
+        match self {
+            Strategy::Select { m, .. } => m,
+            Strategy::Rerank { .. } => 1,
+        }
+    }
+
+    pub fn is_rerank(self) -> bool {
+        matches!(self, Strategy::Rerank { .. })
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Strategy::Select { n, m } => write!(f, "{n}s{m}"),
+            Strategy::Rerank { n } => write!(f, "r{n}"),
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = AgentError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || AgentError::BadName {
+            what: "refine strategy",
+            input: s.to_string(),
+            expected:
+                "nSm with 1 <= m <= n (5s1, 5s3, 10s1, 10s3, 10s5) or rN with N >= 1 (r3, r5, r10)",
+        };
+        let lower = s.trim().to_ascii_lowercase();
+        let strategy = if let Some(n) = lower.strip_prefix('r') {
+            Strategy::Rerank {
+                n: n.parse().map_err(|_| bad())?,
+            }
+        } else {
+            let (n, m) = lower.split_once('s').ok_or_else(bad)?;
+            Strategy::Select {
+                n: n.parse().map_err(|_| bad())?,
+                m: m.parse().map_err(|_| bad())?,
+            }
+        };
+        match strategy {
+            Strategy::Select { n, m } if m == 0 || m > n => Err(bad()),
+            Strategy::Rerank { n: 0 } => Err(bad()),
+            ok => Ok(ok),
+        }
+    }
+}
+
+macro_rules! serde_as_string {
+    ($ty:ty) => {
+        impl Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+serde_as_string!(Strategy);
+serde_as_string!(Evidence);
+
+/// Whether refine rounds see the earlier rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum History {
+    /// Each refine call is a fresh conversation (shares the instruction prefix only).
+    #[default]
+    None,
+    /// Refine rounds continue one conversation: earlier previews and decisions stay as turns.
+    Full,
+}
+
+impl FromStr for History {
+    type Err = AgentError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(History::None),
+            "full" => Ok(History::Full),
+            _ => Err(AgentError::BadName {
+                what: "history mode",
+                input: s.to_string(),
+                expected: "none or full",
+            }),
+        }
+    }
+}
+
+/// The paper's ablation switches; all off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Ablations {
+    /// Straight from the first ranking to QA.
+    pub no_refine: bool,
+    /// One QA call, no fallback tables.
+    pub no_fallback: bool,
+    /// Select only, on the first pool.
+    pub no_regenerate: bool,
+    /// Regenerate only, until the budget or a refine-none; then QA on the top of the ranking.
+    pub no_select: bool,
+    /// Previews show matched rows only (no head, no schema).
+    pub match_only: bool,
+    /// QA also sees matched rows only.
+    pub match_only_qa: bool,
+}
+
+/// Everything that shapes one agent run. Build with [`AgentConfig::builder`] to get validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    pub task: TaskType,
+    /// Most LLM calls per query, counting every call; at least 2 (patterns + QA).
+    pub max_steps: usize,
+    pub strategy: Strategy,
+    pub evidence: Evidence,
+    /// Tables QA reads when refinement selected nothing (K_fb).
+    pub fallback_tables: usize,
+    pub history: History,
+    /// Generation cap for every call.
+    pub max_new_tokens: usize,
+    pub ablations: Ablations,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            task: TaskType::default(),
+            max_steps: 5,
+            strategy: Strategy::default(),
+            evidence: Evidence::default(),
+            fallback_tables: 1,
+            history: History::default(),
+            max_new_tokens: 8192,
+            ablations: Ablations::default(),
+        }
+    }
+}
+
+impl AgentConfig {
+    pub fn builder() -> AgentConfigBuilder {
+        AgentConfigBuilder::default()
+    }
+
+    /// Rejects settings the loop cannot honour; deserialized configs should pass through here too.
+    pub fn validate(&self) -> Result<(), AgentError> {
+        let bad = |msg: &str| Err(AgentError::InvalidConfig(msg.to_string()));
+        if self.max_steps < 2 {
+            return bad("max_steps must be at least 2: one call for patterns, one kept for QA");
+        }
+        if self.fallback_tables == 0 {
+            return bad("fallback_tables must be at least 1");
+        }
+        if self.max_new_tokens == 0 {
+            return bad("max_new_tokens must be at least 1");
+        }
+        match self.strategy {
+            Strategy::Select { n, m } if m == 0 || m > n => {
+                return bad("strategy nSm needs 1 <= m <= n");
+            }
+            Strategy::Rerank { n: 0 } => return bad("strategy rN needs N >= 1"),
+            _ => {}
+        }
+        let a = &self.ablations;
+        if a.no_select && a.no_regenerate && !a.no_refine {
+            return bad(
+                "no_select together with no_regenerate leaves refinement no action; use no_refine",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Builder for [`AgentConfig`]; `build` validates.
+#[derive(Debug, Clone, Default)]
+pub struct AgentConfigBuilder {
+    config: AgentConfig,
+}
+
+impl AgentConfigBuilder {
+    pub fn task(mut self, task: TaskType) -> Self {
+        self.config.task = task;
+        self
+    }
+
+    pub fn max_steps(mut self, max_steps: usize) -> Self {
+        self.config.max_steps = max_steps;
+        self
+    }
+
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.config.strategy = strategy;
+        self
+    }
+
+    pub fn evidence(mut self, evidence: Evidence) -> Self {
+        self.config.evidence = evidence;
+        self
+    }
+
+    pub fn fallback_tables(mut self, k: usize) -> Self {
+        self.config.fallback_tables = k;
+        self
+    }
+
+    pub fn history(mut self, history: History) -> Self {
+        self.config.history = history;
+        self
+    }
+
+    pub fn max_new_tokens(mut self, max_new_tokens: usize) -> Self {
+        self.config.max_new_tokens = max_new_tokens;
+        self
+    }
+
+    pub fn ablations(mut self, ablations: Ablations) -> Self {
+        self.config.ablations = ablations;
+        self
+    }
+
+    pub fn no_refine(mut self, on: bool) -> Self {
+        self.config.ablations.no_refine = on;
+        self
+    }
+
+    pub fn no_fallback(mut self, on: bool) -> Self {
+        self.config.ablations.no_fallback = on;
+        self
+    }
+
+    pub fn no_regenerate(mut self, on: bool) -> Self {
+        self.config.ablations.no_regenerate = on;
+        self
+    }
+
+    pub fn no_select(mut self, on: bool) -> Self {
+        self.config.ablations.no_select = on;
+        self
+    }
+
+    pub fn match_only(mut self, on: bool) -> Self {
+        self.config.ablations.match_only = on;
+        self
+    }
+
+    pub fn match_only_qa(mut self, on: bool) -> Self {
+        self.config.ablations.match_only_qa = on;
+        self
+    }
+
+    pub fn build(self) -> Result<AgentConfig, AgentError> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}

@@ -1,0 +1,438 @@
+//! The loop for one query, as the method spec states it:
+//!
+//! ```text
+//! P <- patterns(q); R <- rank(P); K <- {}
+//! while steps < S_max - 1:                 # one step stays for QA
+//!     d <- refine(q, previews(top n of R, P))
+//!     select → K <- d.tables, stop | regenerate → P, R <- new | none → stop
+//! K empty → budget ran out ? top-1 of R : top K_fb of R
+//! y <- qa(q, K); for T in R \ seen while y unsatisfactory and steps < S_max: y <- qa(q, {T})
+//! ```
+//!
+//! Choices where the spec is silent: an unusable pattern-generation output falls back to the
+//! query's content words (recorded as `from_query`); a ranking with no tables ends the query with
+//! no QA call and no answer rather than an error, so a batch run keeps going.
+
+use std::time::Instant;
+
+use tracing::{debug, warn};
+
+use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
+use super::prompts::{self, RefineOptions, ShownTable};
+use super::trajectory::{
+    Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
+};
+use super::{
+    AgentConfig, AgentError, CallKind, ChatMessage, History, Llm, LlmRequest, LlmResponse,
+    RankedTable, SearchSpace, Strategy, TaskType,
+};
+
+/// Runs the TableSeek loop with one configuration over any number of queries.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    config: AgentConfig,
+}
+
+impl Agent {
+    /// Validates `config` first: a bad budget or contradictory switches are an error here, not a
+    /// surprise mid-run.
+    pub fn new(config: AgentConfig) -> Result<Self, AgentError> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// Answers one query. On a backend failure the error carries the partial trajectory.
+    pub fn run<L: Llm + ?Sized, S: SearchSpace + ?Sized>(
+        &self,
+        llm: &mut L,
+        space: &S,
+        query: &str,
+    ) -> Result<Trajectory, AgentError> {
+        if query.trim().is_empty() {
+            return Err(AgentError::InvalidConfig("the query is empty".to_string()));
+        }
+        let mut run = QueryRun {
+            config: &self.config,
+            llm,
+            space,
+            query,
+            trajectory: Trajectory::new(query, self.config.task),
+            patterns: Vec::new(),
+            ranking: Vec::new(),
+        };
+        run.execute()?;
+        Ok(run.trajectory)
+    }
+}
+
+/// The state of one query.
+struct QueryRun<'a, L: ?Sized, S: ?Sized> {
+    config: &'a AgentConfig,
+    llm: &'a mut L,
+    space: &'a S,
+    query: &'a str,
+    trajectory: Trajectory,
+    patterns: Vec<String>,
+    ranking: Vec<RankedTable>,
+}
+
+/// How refinement ended, which decides what QA reads.
+enum RefineEnd {
+    Chosen(Vec<usize>),
+    BudgetSpent,
+    NothingChosen,
+}
+
+impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
+    fn execute(&mut self) -> Result<(), AgentError> {
+        self.generate_patterns()?;
+        let end = if self.config.ablations.no_refine {
+            RefineEnd::NothingChosen
+        } else {
+            self.refine()?
+        };
+        let qa_tables: Vec<usize> = match end {
+            RefineEnd::Chosen(tables) => tables,
+            RefineEnd::BudgetSpent => self.ranking.iter().take(1).map(|r| r.table).collect(),
+            RefineEnd::NothingChosen => self
+                .ranking
+                .iter()
+                .take(self.config.fallback_tables)
+                .map(|r| r.table)
+                .collect(),
+        };
+        if qa_tables.is_empty() {
+            warn!(query = self.query, "no table ranked; no QA call");
+            return Ok(());
+        }
+        let mut verdict = self.answer(CallKind::Qa, &qa_tables)?;
+        if !self.config.ablations.no_fallback {
+            let mut next = 0;
+            while !verdict.is_satisfactory() && self.steps() < self.config.max_steps {
+                let seen = &self.trajectory.tables_seen;
+                let candidate = self.ranking[next..].iter().position(|r| {
+                    let id = self.space.table_id(r.table);
+                    !seen.iter().any(|s| s.table_id == id)
+                });
+                let Some(offset) = candidate else { break };
+                let table = self.ranking[next + offset].table;
+                next += offset + 1;
+                verdict = self.answer(CallKind::QaFallback, &[table])?;
+            }
+        }
+        if self.config.task == TaskType::FactVerification && verdict == Verdict::Unverifiable {
+            self.trajectory.answer = parse::fact_answer(Verdict::Refuted).to_string();
+        }
+        Ok(())
+    }
+
+    fn steps(&self) -> usize {
+        self.trajectory.calls.len()
+    }
+
+    fn call(
+        &mut self,
+        kind: CallKind,
+        messages: Vec<ChatMessage>,
+    ) -> Result<LlmResponse, AgentError> {
+        let request = LlmRequest {
+            messages,
+            max_new_tokens: self.config.max_new_tokens,
+            kind,
+        };
+        let started = Instant::now();
+        match self.llm.chat(&request) {
+            Ok(response) => {
+                debug!(
+                    ?kind,
+                    step = self.steps() + 1,
+                    prompt_tokens = response.prompt_tokens,
+                    cached_tokens = response.cached_tokens,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "LLM call"
+                );
+                Ok(response)
+            }
+            Err(error) => Err(AgentError::Aborted {
+                call: self.steps(),
+                reason: error.to_string(),
+                partial: Box::new(self.trajectory.clone()),
+            }),
+        }
+    }
+
+    fn record(&mut self, kind: StepKind, response: LlmResponse, parsed: bool, action: Action) {
+        self.trajectory.push_call(CallRecord {
+            kind,
+            prompt_tokens: response.prompt_tokens,
+            cached_tokens: response.cached_tokens,
+            ms: response.ms,
+            output: response.text,
+            parsed,
+            action,
+        });
+    }
+
+    fn generate_patterns(&mut self) -> Result<(), AgentError> {
+        let messages = prompts::pattern_generation(self.config.task, self.query);
+        let response = self.call(CallKind::PatternGen, messages)?;
+        let (patterns, from_query) = match parse::parse_patterns(&response.text) {
+            Some(patterns) => (patterns, false),
+            None => {
+                warn!(
+                    query = self.query,
+                    "pattern output unusable; searching the query's words"
+                );
+                (query_patterns(self.query), true)
+            }
+        };
+        let action = Action::Patterns {
+            patterns: patterns.clone(),
+            from_query,
+        };
+        self.record(StepKind::PatternGen, response, !from_query, action);
+        self.search(patterns);
+        Ok(())
+    }
+
+    /// Ranks with new patterns and records the round.
+    fn search(&mut self, patterns: Vec<String>) {
+        self.ranking = self.space.rank(&patterns);
+        let shown = self.config.strategy.candidates();
+        let candidates = self
+            .ranking
+            .iter()
+            .take(shown)
+            .enumerate()
+            .map(|(i, r)| CandidateRecord {
+                shown_id: shown_id(i),
+                table_id: self.space.table_id(r.table).to_string(),
+                score: r.score,
+            })
+            .collect();
+        self.trajectory.rounds.push(RoundRecord {
+            patterns: patterns.clone(),
+            candidates,
+        });
+        self.patterns = patterns;
+    }
+
+    fn refine(&mut self) -> Result<RefineEnd, AgentError> {
+        let ablations = self.config.ablations;
+        let strategy = self.config.strategy;
+        let options = RefineOptions {
+            task: self.config.task,
+            strategy,
+            allow_select: !ablations.no_select,
+            allow_regenerate: !ablations.no_regenerate,
+        };
+        let cap = match strategy {
+            Strategy::Select { m, .. } => m,
+            Strategy::Rerank { n } => n,
+        };
+        let mut conversation: Vec<ChatMessage> = Vec::new();
+        loop {
+            if self.steps() + 1 >= self.config.max_steps {
+                return Ok(RefineEnd::BudgetSpent);
+            }
+            let shown: Vec<RankedTable> = self
+                .ranking
+                .iter()
+                .take(strategy.candidates())
+                .copied()
+                .collect();
+            let previews: Vec<ShownTable> = shown
+                .iter()
+                .enumerate()
+                .map(|(i, r)| ShownTable {
+                    id: shown_id(i),
+                    text: self.space.preview(
+                        r.table,
+                        &self.patterns,
+                        self.config.evidence,
+                        ablations.match_only,
+                    ),
+                    score: Some(r.score),
+                })
+                .collect();
+            let messages = match self.config.history {
+                History::None => prompts::refine(&options, self.query, &self.patterns, &previews),
+                History::Full => {
+                    if conversation.is_empty() {
+                        conversation =
+                            prompts::refine(&options, self.query, &self.patterns, &previews);
+                    } else {
+                        conversation.push(prompts::refine_followup(&self.patterns, &previews));
+                    }
+                    conversation.clone()
+                }
+            };
+            let response = self.call(CallKind::Refine, messages)?;
+            if self.config.history == History::Full {
+                // Thinking is dropped from the history, as chat templates of reasoning models do.
+                conversation.push(ChatMessage::assistant(parse::strip_thinking(
+                    &response.text,
+                )));
+            }
+            let parsed = parse::parse_refine(&response.text, shown.len(), cap);
+            let decision = match parsed.decision {
+                RefineDecision::Choose(_) if ablations.no_select => {
+                    RefineDecision::None(NoneReason::SelectDisabled)
+                }
+                RefineDecision::Regenerate(_) if ablations.no_regenerate => {
+                    RefineDecision::None(NoneReason::RegenerateDisabled)
+                }
+                other => other,
+            };
+            match decision {
+                RefineDecision::Choose(positions) => {
+                    let shown_ids = positions.iter().map(|&p| shown_id(p)).collect();
+                    let table_ids = positions
+                        .iter()
+                        .map(|&p| self.space.table_id(shown[p].table).to_string())
+                        .collect();
+                    let (kind, action, tables) = if strategy.is_rerank() {
+                        let top = vec![shown[positions[0]].table];
+                        let action = Action::Rerank {
+                            shown_ids,
+                            table_ids,
+                        };
+                        (StepKind::RefineRerank, action, top)
+                    } else {
+                        let tables = positions.iter().map(|&p| shown[p].table).collect();
+                        let action = Action::Select {
+                            shown_ids,
+                            table_ids,
+                        };
+                        (StepKind::RefineSelect, action, tables)
+                    };
+                    self.record(kind, response, parsed.parsed, action);
+                    return Ok(RefineEnd::Chosen(tables));
+                }
+                RefineDecision::Regenerate(patterns) => {
+                    let action = Action::Regenerate {
+                        patterns: patterns.clone(),
+                    };
+                    self.record(StepKind::RefineRegenerate, response, parsed.parsed, action);
+                    self.search(patterns);
+                }
+                RefineDecision::None(reason) => {
+                    let action = Action::NoAction { reason };
+                    self.record(StepKind::RefineNone, response, parsed.parsed, action);
+                    return Ok(RefineEnd::NothingChosen);
+                }
+            }
+        }
+    }
+
+    /// One QA call over `tables`; updates the answer, the final table and the tables seen.
+    fn answer(&mut self, kind: CallKind, tables: &[usize]) -> Result<Verdict, AgentError> {
+        let match_only_qa = self.config.ablations.match_only_qa;
+        let shown: Vec<ShownTable> = tables
+            .iter()
+            .enumerate()
+            .map(|(i, &table)| ShownTable {
+                id: shown_id(i),
+                // QA's matched-rows view is the preview without head, at the run's evidence size.
+                text: if match_only_qa {
+                    self.space
+                        .preview(table, &self.patterns, self.config.evidence, true)
+                } else {
+                    self.space.full_text(table)
+                },
+                score: None,
+            })
+            .collect();
+        let messages = prompts::qa(self.config.task, self.query, &shown);
+        let response = self.call(kind, messages)?;
+        let outcome = parse::parse_qa(&response.text, self.config.task, QaVariant::TableSeek);
+        let table_ids: Vec<String> = tables
+            .iter()
+            .map(|&t| self.space.table_id(t).to_string())
+            .collect();
+        let call = self.steps();
+        for table_id in &table_ids {
+            self.trajectory.tables_seen.push(SeenTable {
+                table_id: table_id.clone(),
+                call,
+                verdict: outcome.verdict,
+            });
+        }
+        self.trajectory.answer = outcome.answer.clone();
+        self.trajectory.verdict = Some(outcome.verdict);
+        self.trajectory.final_table = table_ids.first().cloned();
+        let step_kind = match kind {
+            CallKind::QaFallback => StepKind::QaFallback,
+            _ => StepKind::Qa,
+        };
+        let action = Action::Answer {
+            table_ids,
+            answer: outcome.answer,
+            verdict: outcome.verdict,
+        };
+        self.record(step_kind, response, outcome.parsed, action);
+        Ok(outcome.verdict)
+    }
+}
+
+/// One QA call with the baseline prompt (dense / rerank pipelines): no insufficiency option, an
+/// unverifiable claim counts as refuted. `tables` are rendered table texts, shown as `T0`...
+pub fn baseline_qa<L: Llm + ?Sized>(
+    llm: &mut L,
+    task: TaskType,
+    query: &str,
+    tables: &[String],
+    max_new_tokens: usize,
+) -> Result<(QaOutcome, LlmResponse), AgentError> {
+    let shown: Vec<ShownTable> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, text)| ShownTable {
+            id: shown_id(i),
+            text: text.clone(),
+            score: None,
+        })
+        .collect();
+    let request = LlmRequest {
+        messages: prompts::baseline_qa(task, query, &shown),
+        max_new_tokens,
+        kind: CallKind::Qa,
+    };
+    let response = llm.chat(&request)?;
+    let outcome = parse::parse_qa(&response.text, task, QaVariant::Baseline);
+    Ok((outcome, response))
+}
+
+fn shown_id(position: usize) -> String {
+    format!("T{position}")
+}
+
+/// Words too common to tell tables apart, dropped when the query stands in for patterns.
+const STOPWORDS: [&str; 32] = [
+    "the", "and", "for", "what", "which", "who", "whom", "how", "many", "much", "was", "were",
+    "with", "from", "that", "this", "are", "did", "does", "has", "have", "had", "his", "her",
+    "their", "its", "than", "when", "where", "not", "all", "any",
+];
+
+/// The query's distinct content words as literal patterns; the whole query if none is left.
+fn query_patterns(query: &str) -> Vec<String> {
+    let mut patterns: Vec<String> = Vec::new();
+    for word in query.split(|c: char| !c.is_alphanumeric()) {
+        let lower = word.to_lowercase();
+        if lower.chars().count() >= 3
+            && !STOPWORDS.contains(&lower.as_str())
+            && !patterns.contains(&lower)
+            && patterns.len() < MAX_PATTERNS
+        {
+            patterns.push(lower);
+        }
+    }
+    if patterns.is_empty() {
+        patterns.push(regex::escape(query.trim()));
+    }
+    patterns
+}

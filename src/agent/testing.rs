@@ -1,0 +1,235 @@
+//! Stand-ins for the engine and the grep stage: a scripted LLM and an in-memory search space.
+//!
+//! They make the loop testable without weights or a corpus, and they are small enough to serve as
+//! reference behaviour for the real adapters: [`ScriptedLlm`] reports prompt and cached tokens the
+//! way a prefix-reusing KV cache would (whitespace tokens, longest common prefix with the previous
+//! request), so tests can check that prompts share prefixes.
+
+use std::collections::VecDeque;
+
+use regex::{Regex, RegexBuilder};
+
+use super::{
+    AgentError, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, RankedTable, SearchSpace,
+};
+
+/// Returns queued outputs in order and keeps every request it saw.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedLlm {
+    outputs: VecDeque<String>,
+    requests: Vec<LlmRequest>,
+    ms_per_call: f64,
+    previous_tokens: Vec<String>,
+}
+
+impl ScriptedLlm {
+    pub fn new<I, T>(outputs: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        Self {
+            outputs: outputs.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Reports this latency for every call (default 0), to exercise timing fields.
+    pub fn with_latency(mut self, ms: f64) -> Self {
+        self.ms_per_call = ms;
+        self
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> &[LlmRequest] {
+        &self.requests
+    }
+
+    /// Outputs not yet used.
+    pub fn remaining(&self) -> usize {
+        self.outputs.len()
+    }
+}
+
+/// A chat rendered the way a template would flatten it, for token accounting and text assertions.
+pub fn render_chat(messages: &[ChatMessage]) -> String {
+    let mut text = String::new();
+    for message in messages {
+        let role = match message.role {
+            super::Role::System => "system",
+            super::Role::User => "user",
+            super::Role::Assistant => "assistant",
+        };
+        text.push_str("<|");
+        text.push_str(role);
+        text.push_str("|>\n");
+        text.push_str(&message.content);
+        text.push('\n');
+    }
+    text
+}
+
+impl Llm for ScriptedLlm {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+        let calls = self.requests.len();
+        self.requests.push(request.clone());
+        let text = self
+            .outputs
+            .pop_front()
+            .ok_or_else(|| AgentError::Llm(format!("script exhausted after {calls} outputs")))?;
+        let tokens: Vec<String> = render_chat(&request.messages)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let cached_tokens = tokens
+            .iter()
+            .zip(&self.previous_tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let prompt_tokens = tokens.len();
+        self.previous_tokens = tokens;
+        Ok(LlmResponse {
+            text,
+            prompt_tokens,
+            cached_tokens,
+            ms: self.ms_per_call,
+        })
+    }
+}
+
+/// A table for [`MemorySpace`]: an id and its text, first line the header, one row per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryTable {
+    pub id: String,
+    pub text: String,
+}
+
+/// Tables held as strings. Score = share of the patterns (case-insensitive regexes; an invalid
+/// regex is searched literally) found in the text; tables scoring 0 are left out; ties keep
+/// insertion order.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySpace {
+    tables: Vec<MemoryTable>,
+}
+
+impl MemorySpace {
+    pub fn new<I, A, B>(tables: I) -> Self
+    where
+        I: IntoIterator<Item = (A, B)>,
+        A: Into<String>,
+        B: Into<String>,
+    {
+        Self {
+            tables: tables
+                .into_iter()
+                .map(|(id, text)| MemoryTable {
+                    id: id.into(),
+                    text: text.into(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tables.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    /// The index of the table with this id.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.tables.iter().position(|t| t.id == id)
+    }
+}
+
+fn compile(patterns: &[String]) -> Vec<Regex> {
+    patterns
+        .iter()
+        .filter_map(|p| {
+            RegexBuilder::new(p)
+                .case_insensitive(true)
+                .build()
+                .or_else(|_| {
+                    RegexBuilder::new(&regex::escape(p))
+                        .case_insensitive(true)
+                        .build()
+                })
+                .ok()
+        })
+        .collect()
+}
+
+impl SearchSpace for MemorySpace {
+    fn rank(&self, patterns: &[String]) -> Vec<RankedTable> {
+        let regexes = compile(patterns);
+        if regexes.is_empty() {
+            return Vec::new();
+        }
+        let mut ranked: Vec<RankedTable> = self
+            .tables
+            .iter()
+            .enumerate()
+            .filter_map(|(table, t)| {
+                let found = regexes.iter().filter(|r| r.is_match(&t.text)).count();
+                (found > 0).then(|| RankedTable {
+                    table,
+                    score: found as f64 / regexes.len() as f64,
+                })
+            })
+            .collect();
+        // Stable: equal scores keep corpus order.
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
+        ranked
+    }
+
+    fn preview(
+        &self,
+        table: usize,
+        patterns: &[String],
+        evidence: Evidence,
+        match_only: bool,
+    ) -> String {
+        let Some(t) = self.tables.get(table) else {
+            return String::new();
+        };
+        let Some((per_pattern, total)) = evidence.row_limits() else {
+            return t.text.clone();
+        };
+        let mut lines = t.text.lines();
+        let header = lines.next().unwrap_or("");
+        let rows: Vec<&str> = lines.collect();
+        let mut picked: Vec<usize> = Vec::new();
+        for regex in compile(patterns) {
+            let mut taken = 0;
+            for (i, row) in rows.iter().enumerate() {
+                if taken == per_pattern || picked.len() == total {
+                    break;
+                }
+                if regex.is_match(row) && !picked.contains(&i) {
+                    picked.push(i);
+                    taken += 1;
+                }
+            }
+        }
+        picked.sort_unstable();
+        let mut out: Vec<&str> = Vec::new();
+        if !match_only {
+            out.push(header);
+        }
+        out.extend(picked.iter().map(|&i| rows[i]));
+        out.join("\n")
+    }
+
+    fn full_text(&self, table: usize) -> String {
+        self.tables
+            .get(table)
+            .map(|t| t.text.clone())
+            .unwrap_or_default()
+    }
+
+    fn table_id(&self, table: usize) -> &str {
+        self.tables.get(table).map_or("", |t| t.id.as_str())
+    }
+}

@@ -1,0 +1,182 @@
+//! The per-query record: every call, every round's patterns and candidates, what QA saw, the
+//! answer and the totals. Real table ids appear here (for evaluation) and nowhere in a prompt.
+//!
+//! Everything but the `ms` fields is a function of the inputs; [`Trajectory::zero_timings`] makes
+//! two runs byte-identical for comparison.
+
+use serde::{Deserialize, Serialize};
+
+use super::parse::Verdict;
+use super::TaskType;
+
+/// What a call turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepKind {
+    PatternGen,
+    RefineSelect,
+    RefineRegenerate,
+    RefineRerank,
+    RefineNone,
+    Qa,
+    QaFallback,
+}
+
+/// Why a refine call ended refinement without a selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoneReason {
+    /// No JSON with a recognisable action in the output.
+    Unparseable,
+    /// The model explicitly chose no action.
+    Declined,
+    /// It chose tables, but none of the ids was shown this round.
+    InvalidIds,
+    /// It asked to regenerate without giving usable patterns.
+    EmptyPatterns,
+    /// It chose tables while the `no_select` ablation is on.
+    SelectDisabled,
+    /// It regenerated while the `no_regenerate` ablation is on.
+    RegenerateDisabled,
+}
+
+/// The decision read from a call, with real ids resolved for evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Action {
+    /// Pattern generation; `from_query` when the output was unusable and query words stood in.
+    Patterns {
+        patterns: Vec<String>,
+        from_query: bool,
+    },
+    Select {
+        shown_ids: Vec<String>,
+        table_ids: Vec<String>,
+    },
+    /// The model's full order of the shown candidates; the first goes to QA.
+    Rerank {
+        shown_ids: Vec<String>,
+        table_ids: Vec<String>,
+    },
+    Regenerate {
+        patterns: Vec<String>,
+    },
+    #[serde(rename = "none")]
+    NoAction {
+        reason: NoneReason,
+    },
+    Answer {
+        table_ids: Vec<String>,
+        answer: String,
+        verdict: Verdict,
+    },
+}
+
+/// One LLM call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    pub kind: StepKind,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub ms: f64,
+    /// The raw model output, thinking included.
+    pub output: String,
+    /// Whether the output was machine-readable in the expected shape.
+    pub parsed: bool,
+    pub action: Action,
+}
+
+/// One ranked candidate of a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateRecord {
+    /// The anonymous id the model saw (`T0`..).
+    pub shown_id: String,
+    pub table_id: String,
+    pub score: f64,
+}
+
+/// One pattern set and the candidates it ranked on top (round 0 = the first patterns).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    pub patterns: Vec<String>,
+    pub candidates: Vec<CandidateRecord>,
+}
+
+/// A table QA read, with the verdict of that call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeenTable {
+    pub table_id: String,
+    /// Index into `calls`.
+    pub call: usize,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub steps: usize,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub ms: f64,
+}
+
+/// Everything one query did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// The caller's id for the query, if it sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_id: Option<String>,
+    pub query: String,
+    pub task: TaskType,
+    /// The last QA answer; for fact verification `supported` or `refuted` (a claim no table could
+    /// verify counts as refuted, as in the paper's baselines).
+    pub answer: String,
+    /// The last QA verdict; `None` when QA never ran (nothing ranked).
+    pub verdict: Option<Verdict>,
+    /// The first table of the last QA call.
+    pub final_table: Option<String>,
+    pub tables_seen: Vec<SeenTable>,
+    pub steps: usize,
+    pub calls: Vec<CallRecord>,
+    pub rounds: Vec<RoundRecord>,
+    pub totals: Totals,
+}
+
+impl Trajectory {
+    pub(crate) fn new(query: &str, task: TaskType) -> Self {
+        Self {
+            query_id: None,
+            query: query.to_string(),
+            task,
+            answer: String::new(),
+            verdict: None,
+            final_table: None,
+            tables_seen: Vec::new(),
+            steps: 0,
+            calls: Vec::new(),
+            rounds: Vec::new(),
+            totals: Totals::default(),
+        }
+    }
+
+    pub(crate) fn push_call(&mut self, call: CallRecord) {
+        self.totals.steps += 1;
+        self.totals.prompt_tokens += call.prompt_tokens;
+        self.totals.cached_tokens += call.cached_tokens;
+        self.totals.ms += call.ms;
+        self.steps = self.totals.steps;
+        self.calls.push(call);
+    }
+
+    /// Sets every timing to zero, the only field that differs between identical runs.
+    pub fn zero_timings(&mut self) {
+        for call in &mut self.calls {
+            call.ms = 0.0;
+        }
+        self.totals.ms = 0.0;
+    }
+
+    /// Did QA read this table at any call (R@all)?
+    pub fn saw_table(&self, table_id: &str) -> bool {
+        self.tables_seen.iter().any(|t| t.table_id == table_id)
+    }
+}

@@ -1,0 +1,590 @@
+//! The TableSeek loop's control flow against a scripted backend: select, regenerate, budget,
+//! fallback, refine-none, unusable outputs, history, prefix sharing, trajectories.
+
+mod agent_support;
+
+use agent_support::*;
+use tableseek::agent::testing::{MemorySpace, ScriptedLlm};
+use tableseek::agent::{
+    Action, Agent, AgentConfig, AgentError, History, NoneReason, Role, StepKind, TaskType, Verdict,
+};
+
+const QUERY: &str = "What was the population of Paris, France in 2020?";
+
+fn config() -> AgentConfig {
+    AgentConfig::builder().build().unwrap()
+}
+
+#[test]
+fn select_path_answers_from_the_selected_table() {
+    let (t, llm) = run(
+        config(),
+        QUERY,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "It is listed.\nAnswer: 2148000",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [StepKind::PatternGen, StepKind::RefineSelect, StepKind::Qa]
+    );
+    assert_eq!(t.answer, "2148000");
+    assert_eq!(t.verdict, Some(Verdict::Answered));
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+    assert_eq!(t.tables_seen.len(), 1);
+    assert_eq!(t.tables_seen[0].call, 2);
+    // The refine prompt showed the five best candidates; QA read the selected table whole.
+    assert_eq!(shown_sections(&llm.requests()[1]), 5);
+    let qa = user_text(&llm.requests()[2]);
+    assert!(qa.contains("Madrid,Spain,3223000"));
+    assert!(!qa.contains("population_2010"));
+    assert_eq!(
+        t.calls[1].action,
+        Action::Select {
+            shown_ids: vec!["T0".into()],
+            table_ids: vec![IDS[0].into()]
+        }
+    );
+    assert_eq!(t.rounds.len(), 1);
+    let shown: Vec<&str> = t.rounds[0]
+        .candidates
+        .iter()
+        .map(|c| c.table_id.as_str())
+        .collect();
+    assert_eq!(shown, [IDS[0], IDS[1], IDS[5], IDS[2], IDS[3]]);
+}
+
+#[test]
+fn regenerate_reranks_and_starts_a_new_round() {
+    let (t, llm) = run(
+        config(),
+        "How long is the Seine?",
+        &[
+            r#"["France"]"#,
+            &regenerate(&["Seine", "length_km"]),
+            &select(&["T0"]),
+            "Answer: 777 km",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [
+            StepKind::PatternGen,
+            StepKind::RefineRegenerate,
+            StepKind::RefineSelect,
+            StepKind::Qa
+        ]
+    );
+    assert_eq!(t.rounds.len(), 2);
+    assert_eq!(t.rounds[1].patterns, ["Seine", "length_km"]);
+    assert_eq!(t.rounds[1].candidates[0].table_id, IDS[4]);
+    assert_eq!(t.rounds[1].candidates[0].shown_id, "T0");
+    assert_eq!(t.rounds[1].candidates[0].score, 1.0);
+    assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
+    assert_eq!(t.answer, "777 km");
+    // The second refine call shows the new patterns and only the table they match.
+    let second = user_text(&llm.requests()[2]);
+    assert!(second.contains(r#"Patterns: ["Seine","length_km"]"#));
+    assert_eq!(shown_sections(&llm.requests()[2]), 1);
+}
+
+#[test]
+fn budget_spent_in_refinement_sends_the_current_top1_to_qa() {
+    let config = AgentConfig::builder()
+        .max_steps(3)
+        .fallback_tables(3)
+        .build()
+        .unwrap();
+    let (t, llm) = run(
+        config,
+        "How long is the Rhine?",
+        &[
+            PATTERNS_FR,
+            &regenerate(&["Rhine"]),
+            "Answer: 1233",
+            "unused",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [
+            StepKind::PatternGen,
+            StepKind::RefineRegenerate,
+            StepKind::Qa
+        ]
+    );
+    // Top-1 of the regenerated ranking, not the top K_fb = 3 tables.
+    assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
+    assert_eq!(t.tables_seen.len(), 1);
+    assert_eq!(shown_sections(&llm.requests()[2]), 1);
+    assert_eq!(llm.remaining(), 1);
+}
+
+#[test]
+fn two_steps_leave_no_refine_round() {
+    let config = AgentConfig::builder().max_steps(2).build().unwrap();
+    let (t, _) = run(
+        config,
+        QUERY,
+        &[PATTERNS_FR, "Answer: INSUFFICIENT", "unused"],
+    );
+    assert_eq!(kinds(&t), [StepKind::PatternGen, StepKind::Qa]);
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+}
+
+#[test]
+fn fallback_walks_the_ranking_and_stops_on_a_satisfactory_answer() {
+    let config = AgentConfig::builder().max_steps(10).build().unwrap();
+    let (t, llm) = run(
+        config,
+        QUERY,
+        &[
+            PATTERNS_FR,
+            &select(&["T1"]),
+            "Answer: INSUFFICIENT",
+            "The table does not contain this information.",
+            "Answer: 2148000",
+            "unused",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [
+            StepKind::PatternGen,
+            StepKind::RefineSelect,
+            StepKind::Qa,
+            StepKind::QaFallback,
+            StepKind::QaFallback
+        ]
+    );
+    // Selected T1 (ranked second) first, then rank order skipping what QA already saw.
+    let seen: Vec<&str> = t.tables_seen.iter().map(|s| s.table_id.as_str()).collect();
+    assert_eq!(seen, [IDS[1], IDS[0], IDS[5]]);
+    let verdicts: Vec<Verdict> = t.tables_seen.iter().map(|s| s.verdict).collect();
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Insufficient,
+            Verdict::Insufficient,
+            Verdict::Answered
+        ]
+    );
+    assert_eq!(t.answer, "2148000");
+    assert_eq!(t.final_table.as_deref(), Some(IDS[5]));
+    assert_eq!(llm.remaining(), 1);
+    assert!(t.saw_table(IDS[1]) && !t.saw_table(IDS[2]));
+}
+
+#[test]
+fn fallback_stops_when_the_budget_is_spent() {
+    let (t, llm) = run(
+        config(),
+        QUERY,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "unused",
+        ],
+    );
+    assert_eq!(t.steps, 5);
+    assert_eq!(
+        kinds(&t)[2..],
+        [StepKind::Qa, StepKind::QaFallback, StepKind::QaFallback]
+    );
+    assert_eq!(llm.remaining(), 1);
+    assert_eq!(t.verdict, Some(Verdict::Insufficient));
+    assert_eq!(t.final_table.as_deref(), Some(IDS[5]));
+}
+
+#[test]
+fn fallback_stops_when_the_ranking_is_exhausted() {
+    let config = AgentConfig::builder().max_steps(10).build().unwrap();
+    let (t, llm) = run(
+        config,
+        "How long is the Tiber?",
+        &[
+            r#"["Tiber", "Rome"]"#,
+            &select(&["T0"]),
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "unused",
+        ],
+    );
+    // Only three tables mention Tiber or Rome.
+    assert_eq!(t.tables_seen.len(), 3);
+    assert_eq!(t.steps, 5);
+    assert_eq!(llm.remaining(), 1);
+}
+
+#[test]
+fn refine_none_sends_the_top_fallback_tables_to_qa() {
+    let config = AgentConfig::builder().fallback_tables(2).build().unwrap();
+    let (t, llm) = run(
+        config,
+        QUERY,
+        &[PATTERNS_FR, r#"{"action": "none"}"#, "Answer: 2148000"],
+    );
+    assert_eq!(
+        kinds(&t),
+        [StepKind::PatternGen, StepKind::RefineNone, StepKind::Qa]
+    );
+    assert_eq!(
+        t.calls[1].action,
+        Action::NoAction {
+            reason: NoneReason::Declined
+        }
+    );
+    assert!(t.calls[1].parsed);
+    let seen: Vec<&str> = t.tables_seen.iter().map(|s| s.table_id.as_str()).collect();
+    assert_eq!(seen, [IDS[0], IDS[1]]);
+    assert_eq!(shown_sections(&llm.requests()[2]), 2);
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+}
+
+#[test]
+fn unparseable_refine_output_is_recorded_and_counts_as_refine_none() {
+    let garbage = "I think the first table looks right, but I am not sure.";
+    let (t, _) = run(config(), QUERY, &[PATTERNS_FR, garbage, "Answer: 2148000"]);
+    assert_eq!(t.calls[1].kind, StepKind::RefineNone);
+    assert!(!t.calls[1].parsed);
+    assert_eq!(t.calls[1].output, garbage);
+    assert_eq!(
+        t.calls[1].action,
+        Action::NoAction {
+            reason: NoneReason::Unparseable
+        }
+    );
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+}
+
+#[test]
+fn invented_ids_are_ignored() {
+    let (t, _) = run(
+        config(),
+        QUERY,
+        &[PATTERNS_FR, &select(&["T7", "Table_12", "X"]), "Answer: 1"],
+    );
+    assert_eq!(t.calls[1].kind, StepKind::RefineNone);
+    assert_eq!(
+        t.calls[1].action,
+        Action::NoAction {
+            reason: NoneReason::InvalidIds
+        }
+    );
+    // A valid id among invented ones is kept.
+    let (t, _) = run(
+        config(),
+        QUERY,
+        &[
+            PATTERNS_FR,
+            r#"{"action": "select", "tables": ["T9", "Table_2"]}"#,
+            "Answer: 1",
+        ],
+    );
+    assert_eq!(t.calls[1].kind, StepKind::RefineSelect);
+    assert_eq!(t.final_table.as_deref(), Some(IDS[5]));
+}
+
+#[test]
+fn ids_beyond_the_shown_candidates_are_invented_even_if_the_ranking_is_longer() {
+    let config = AgentConfig::builder()
+        .strategy("5s1".parse().unwrap())
+        .build()
+        .unwrap();
+    // Six tables rank, five are shown: T5 was never shown.
+    let (t, _) = run(config, QUERY, &[PATTERNS_FR, &select(&["T5"]), "Answer: 1"]);
+    assert_eq!(t.calls[1].kind, StepKind::RefineNone);
+}
+
+#[test]
+fn unusable_pattern_output_falls_back_to_query_words() {
+    let (t, llm) = run(
+        config(),
+        "Which river is longer, the Rhine or the Seine?",
+        &[
+            "<think>hmm</think>Sorry, I cannot help.",
+            &select(&["T0"]),
+            "Answer: Rhine",
+        ],
+    );
+    assert!(!t.calls[0].parsed);
+    match &t.calls[0].action {
+        Action::Patterns {
+            patterns,
+            from_query,
+        } => {
+            assert!(*from_query);
+            assert_eq!(patterns, &["river", "longer", "rhine", "seine"]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
+    assert_eq!(shown_sections(&llm.requests()[1]), 1);
+}
+
+#[test]
+fn thinking_blocks_are_ignored_when_parsing() {
+    let (t, _) = run(
+        config(),
+        QUERY,
+        &[
+            r#"<think>maybe ["Berlin"]?</think>["France", "Paris"]"#,
+            r#"<think>T2 has {"action": "select", "tables": ["T2"]}</think>{"action": "select", "tables": ["T0"]}"#,
+            "<think>Answer: 3</think>Answer: 2148000",
+        ],
+    );
+    assert_eq!(t.rounds[0].patterns, ["France", "Paris"]);
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+    assert_eq!(t.answer, "2148000");
+}
+
+#[test]
+fn nothing_ranked_means_no_qa_and_no_answer() {
+    let config = AgentConfig::builder().no_refine(true).build().unwrap();
+    let (t, _) = run(config, QUERY, &[r#"["zzz_no_such_value"]"#, "unused"]);
+    assert_eq!(kinds(&t), [StepKind::PatternGen]);
+    assert_eq!(t.verdict, None);
+    assert_eq!(t.final_table, None);
+    assert!(t.tables_seen.is_empty());
+}
+
+#[test]
+fn refine_can_recover_from_an_empty_ranking() {
+    let (t, llm) = run(
+        config(),
+        "How long is the Seine?",
+        &[
+            r#"["zzz"]"#,
+            &regenerate(&["Seine"]),
+            &select(&["T0"]),
+            "Answer: 777",
+        ],
+    );
+    assert!(user_text(&llm.requests()[1]).contains("no table matched"));
+    assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
+}
+
+#[test]
+fn history_full_continues_one_conversation() {
+    let outputs = [
+        r#"["France"]"#,
+        &regenerate(&["Seine"]),
+        &select(&["T0"]),
+        "Answer: 777",
+    ];
+    let full = AgentConfig::builder()
+        .history(History::Full)
+        .build()
+        .unwrap();
+    let (t_full, llm_full) = run(full, "How long is the Seine?", &outputs);
+    let (t_none, llm_none) = run(config(), "How long is the Seine?", &outputs);
+    assert_eq!(t_full.final_table, t_none.final_table);
+
+    let first = &llm_full.requests()[1].messages;
+    let second = &llm_full.requests()[2].messages;
+    assert_eq!(second.len(), first.len() + 2);
+    assert_eq!(&second[..first.len()], &first[..]);
+    assert_eq!(second[first.len()].role, Role::Assistant);
+    assert_eq!(second[first.len()].content, outputs[1]);
+    assert!(second
+        .last()
+        .unwrap()
+        .content
+        .contains("New search results"));
+    // Without history the second refine call is a fresh two-message conversation.
+    assert_eq!(llm_none.requests()[2].messages.len(), 2);
+    // The whole first round is reused from the cache with history, only a prefix without.
+    assert!(t_full.calls[2].cached_tokens > t_none.calls[2].cached_tokens);
+    assert!(t_none.calls[2].cached_tokens > 0);
+}
+
+#[test]
+fn successive_calls_share_the_system_and_query_prefix() {
+    let (t, llm) = run(
+        config(),
+        QUERY,
+        &[PATTERNS_FR, &select(&["T0"]), "Answer: 2148000"],
+    );
+    let requests = llm.requests();
+    for pair in requests.windows(2) {
+        assert_eq!(pair[0].messages[0], pair[1].messages[0]);
+        assert_eq!(pair[0].messages[0].role, Role::System);
+        let (a, b) = (user_text(&pair[0]), user_text(&pair[1]));
+        let query_line = format!("Question: {QUERY}\n\n");
+        assert!(a.starts_with(&query_line) && b.starts_with(&query_line));
+    }
+    assert_eq!(t.calls[0].cached_tokens, 0);
+    assert!(t.calls[1].cached_tokens > 0 && t.calls[2].cached_tokens > 0);
+    assert_eq!(
+        t.totals.cached_tokens,
+        t.calls.iter().map(|c| c.cached_tokens).sum::<usize>()
+    );
+    assert_eq!(
+        t.totals.prompt_tokens,
+        t.calls.iter().map(|c| c.prompt_tokens).sum::<usize>()
+    );
+}
+
+#[test]
+fn trajectories_are_deterministic_once_timings_are_zeroed() {
+    let outputs = [
+        PATTERNS_FR,
+        "{'action': 'select', 'tables': ['T1',],}",
+        "Answer: x",
+    ];
+    let space = corpus();
+    let agent = Agent::new(config()).unwrap();
+    let mut a = agent
+        .run(
+            &mut ScriptedLlm::new(outputs).with_latency(12.5),
+            &space,
+            QUERY,
+        )
+        .unwrap();
+    let mut b = agent
+        .run(
+            &mut ScriptedLlm::new(outputs).with_latency(40.0),
+            &space,
+            QUERY,
+        )
+        .unwrap();
+    assert_eq!(a.totals.ms, 37.5);
+    assert_ne!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    a.zero_timings();
+    b.zero_timings();
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+}
+
+#[test]
+fn trajectory_json_has_the_agreed_keys() {
+    let (t, _) = run(
+        config(),
+        QUERY,
+        &[PATTERNS_FR, &select(&["T0"]), "Answer: 2148000"],
+    );
+    let json = serde_json::to_value(&t).unwrap();
+    for key in [
+        "query",
+        "task",
+        "answer",
+        "final_table",
+        "tables_seen",
+        "steps",
+        "calls",
+        "rounds",
+        "totals",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(json["task"], "tableqa");
+    let call = &json["calls"][1];
+    for key in [
+        "kind",
+        "prompt_tokens",
+        "cached_tokens",
+        "ms",
+        "output",
+        "parsed",
+        "action",
+    ] {
+        assert!(call.get(key).is_some(), "missing calls[].{key}");
+    }
+    assert_eq!(call["kind"], "refine-select");
+    assert_eq!(json["calls"][0]["kind"], "pattern-gen");
+    assert_eq!(json["calls"][2]["kind"], "qa");
+    let candidate = &json["rounds"][0]["candidates"][0];
+    assert_eq!(candidate["shown_id"], "T0");
+    assert_eq!(candidate["table_id"], IDS[0]);
+    assert_eq!(candidate["score"], 1.0);
+    for key in ["steps", "prompt_tokens", "cached_tokens", "ms"] {
+        assert!(json["totals"].get(key).is_some(), "missing totals.{key}");
+    }
+    let back: tableseek::agent::Trajectory = serde_json::from_value(json).unwrap();
+    assert_eq!(back, t);
+}
+
+#[test]
+fn a_backend_failure_returns_the_partial_trajectory() {
+    let space = corpus();
+    let mut llm = ScriptedLlm::new([PATTERNS_FR, &select(&["T0"])]);
+    let err = Agent::new(config())
+        .unwrap()
+        .run(&mut llm, &space, QUERY)
+        .unwrap_err();
+    match err {
+        AgentError::Aborted {
+            call,
+            reason,
+            partial,
+        } => {
+            assert_eq!(call, 2);
+            assert!(reason.contains("script exhausted"));
+            assert_eq!(partial.calls.len(), 2);
+            assert_eq!(partial.rounds.len(), 1);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn an_empty_query_is_rejected() {
+    let space = MemorySpace::default();
+    let mut llm = ScriptedLlm::new(["[]"]);
+    let err = Agent::new(config())
+        .unwrap()
+        .run(&mut llm, &space, "  ")
+        .unwrap_err();
+    assert!(matches!(err, AgentError::InvalidConfig(_)));
+    assert!(llm.requests().is_empty());
+}
+
+#[test]
+fn fact_verification_falls_back_on_cannot_verify_and_reports_refuted_at_the_end() {
+    let config = AgentConfig::builder()
+        .task(TaskType::FactVerification)
+        .build()
+        .unwrap();
+    let claim = "Paris had more than two million inhabitants in 2020.";
+    let (t, llm) = run(
+        config.clone(),
+        claim,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "Answer: CANNOT VERIFY",
+            "The table is about something else. Answer: cannot be verified",
+            "Verdict: not enough information",
+        ],
+    );
+    assert!(user_text(&llm.requests()[0]).starts_with(&format!("Claim: {claim}")));
+    assert!(user_text(&llm.requests()[2]).contains("CANNOT VERIFY"));
+    assert_eq!(t.steps, 5);
+    assert_eq!(t.verdict, Some(Verdict::Unverifiable));
+    assert_eq!(t.answer, "refuted");
+
+    let (t, _) = run(
+        config,
+        claim,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "Answer: CANNOT VERIFY",
+            "**Answer:** Supported.",
+        ],
+    );
+    assert_eq!(t.verdict, Some(Verdict::Supported));
+    assert_eq!(t.answer, "supported");
+    assert_eq!(t.tables_seen.len(), 2);
+}
