@@ -1,2 +1,28 @@
 //! In-process LLM engine on candle: model loading (safetensors, GGUF), tokenizer, chat templates,
 //! deterministic greedy decoding, an explicit KV cache with prefix reuse, devices.
+//!
+//! - [`config`]: hyper-parameters from HF `config.json`, GGUF metadata, or presets.
+//! - [`load`]: building a [`Model`] from a checkpoint directory, a GGUF file, or random weights.
+//! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill.
+//! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
+//! - [`generate`]: greedy decoding with stop conditions and a logits hook.
+//! - [`device`]: device specs and layer split.
+
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod generate;
+pub mod kv_cache;
+pub mod load;
+pub mod model;
+pub mod prefix_cache;
+pub mod rope;
+
+pub use config::{Architecture, Config};
+pub use device::DeviceMap;
+pub use error::EngineError;
+pub use generate::{CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason};
+pub use kv_cache::KvCache;
+pub use load::{read_gguf, ModelSpec};
+pub use model::Model;
+pub use prefix_cache::PrefixCache;

@@ -1,0 +1,363 @@
+//! Model hyper-parameters for the two decoder families the engine runs (Qwen3 and Llama 3.x /
+//! SmolLM2), read from an HF `config.json`, from GGUF metadata, or from a named preset.
+//!
+//! HF configs come in two generations: transformers 4 writes `rope_theta` / `rope_scaling` at the
+//! top level, transformers 5 writes `rope_parameters`. Both are accepted; the top level wins when
+//! both are present because Hub checkpoints have been edited that way for older parsers.
+
+use std::collections::HashMap;
+
+use candle_core::quantized::gguf_file;
+use serde::Deserialize;
+
+use super::error::{EngineError, Result};
+
+/// Which decoder family the weights belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Qwen3: per-head RMSNorm on q and k before RoPE.
+    Qwen3,
+    /// Llama 2/3.x, SmolLM2, Mistral-like without sliding window.
+    Llama,
+}
+
+impl Architecture {
+    fn parse(name: &str) -> Result<Self> {
+        match name {
+            "Qwen3ForCausalLM" | "qwen3" => Ok(Self::Qwen3),
+            "LlamaForCausalLM" | "llama" => Ok(Self::Llama),
+            other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
+        }
+    }
+}
+
+/// The `rope_type: llama3` frequency rescaling of Llama 3.1+.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Llama3RopeScaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: usize,
+}
+
+/// Resolved hyper-parameters; everything the forward pass needs, with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub architecture: Architecture,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub rope_scaling: Option<Llama3RopeScaling>,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// `eos_token_id` is an int in most configs and a list in Llama 3.1's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+/// The subset of an HF `config.json` the engine reads, field names as transformers writes them.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HfConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: Option<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    pub rms_norm_eps: f64,
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    #[serde(default)]
+    eos_token_id: Option<OneOrMany>,
+}
+
+impl Config {
+    /// Parses the text of an HF `config.json`; `source_name` only labels errors.
+    pub fn from_hf_json(text: &str, source_name: &str) -> Result<Self> {
+        let bad = |detail: String| EngineError::BadConfig {
+            source_name: source_name.to_string(),
+            detail,
+        };
+        let hf: HfConfig = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let arch_name = hf
+            .architectures
+            .first()
+            .cloned()
+            .or_else(|| hf.model_type.clone())
+            .ok_or_else(|| bad("neither `architectures` nor `model_type` is set".into()))?;
+        let architecture = Architecture::parse(&arch_name)?;
+        if hf.attention_bias {
+            return Err(bad("attention_bias = true is not supported".into()));
+        }
+        let params = hf.rope_parameters.as_ref();
+        let rope_theta = hf
+            .rope_theta
+            .or_else(|| params.and_then(|p| p.get("rope_theta")).and_then(|v| v.as_f64()))
+            .unwrap_or(10_000.0);
+        let scaling_value = match &hf.rope_scaling {
+            Some(v) if !v.is_null() => Some(v),
+            _ => params,
+        };
+        let rope_scaling = match scaling_value {
+            None => None,
+            Some(v) => {
+                let kind = v
+                    .get("rope_type")
+                    .or_else(|| v.get("type"))
+                    .and_then(|t| t.as_str())
+                    .unwrap_or("default");
+                match kind {
+                    "default" => None,
+                    "llama3" => Some(
+                        serde_json::from_value::<Llama3RopeScaling>(v.clone())
+                            .map_err(|e| bad(format!("rope scaling: {e}")))?,
+                    ),
+                    other => return Err(bad(format!("rope scaling type `{other}` is not supported"))),
+                }
+            }
+        };
+        if hf.num_attention_heads == 0 || hf.num_hidden_layers == 0 {
+            return Err(bad("num_attention_heads and num_hidden_layers must be > 0".into()));
+        }
+        let num_key_value_heads = hf.num_key_value_heads.unwrap_or(hf.num_attention_heads);
+        if num_key_value_heads == 0 || hf.num_attention_heads % num_key_value_heads != 0 {
+            return Err(bad(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {num_key_value_heads}",
+                hf.num_attention_heads
+            )));
+        }
+        let head_dim = hf.head_dim.unwrap_or(hf.hidden_size / hf.num_attention_heads);
+        if head_dim % 2 != 0 {
+            return Err(bad(format!("head_dim {head_dim} must be even for RoPE")));
+        }
+        let eos_token_ids = match hf.eos_token_id {
+            None => Vec::new(),
+            Some(OneOrMany::One(id)) => vec![id],
+            Some(OneOrMany::Many(ids)) => ids,
+        };
+        Ok(Self {
+            architecture,
+            vocab_size: hf.vocab_size,
+            hidden_size: hf.hidden_size,
+            intermediate_size: hf.intermediate_size,
+            num_hidden_layers: hf.num_hidden_layers,
+            num_attention_heads: hf.num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            rms_norm_eps: hf.rms_norm_eps,
+            rope_theta,
+            rope_scaling,
+            max_position_embeddings: hf.max_position_embeddings,
+            tie_word_embeddings: hf.tie_word_embeddings,
+            bos_token_id: hf.bos_token_id,
+            eos_token_ids,
+        })
+    }
+
+    /// Reads the `{arch}.*` keys llama.cpp writes. Llama 3 scaling in GGUF lives in the
+    /// `rope_freqs` tensor, not in metadata, so the loader handles it.
+    pub fn from_gguf(metadata: &HashMap<String, gguf_file::Value>, source_name: &str) -> Result<Self> {
+        let bad = |detail: String| EngineError::BadConfig {
+            source_name: source_name.to_string(),
+            detail,
+        };
+        let arch_name = metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .ok_or_else(|| bad("`general.architecture` is missing".into()))?
+            .clone();
+        let architecture = Architecture::parse(&arch_name)?;
+        let get = |key: &str| metadata.get(&format!("{arch_name}.{key}"));
+        let get_usize = |key: &str| -> Result<usize> {
+            let v = get(key).ok_or_else(|| bad(format!("`{arch_name}.{key}` is missing")))?;
+            value_to_u64(v)
+                .map(|n| n as usize)
+                .ok_or_else(|| bad(format!("`{arch_name}.{key}` is not an integer")))
+        };
+        let hidden_size = get_usize("embedding_length")?;
+        let num_attention_heads = get_usize("attention.head_count")?;
+        let num_key_value_heads = get_usize("attention.head_count_kv").unwrap_or(num_attention_heads);
+        if num_attention_heads == 0 || num_key_value_heads == 0 || num_attention_heads % num_key_value_heads != 0 {
+            return Err(bad(format!(
+                "head_count {num_attention_heads} is not a multiple of head_count_kv {num_key_value_heads}"
+            )));
+        }
+        let head_dim = get_usize("attention.key_length")
+            .or_else(|_| get_usize("rope.dimension_count"))
+            .unwrap_or(hidden_size / num_attention_heads);
+        let rms_norm_eps = get("attention.layer_norm_rms_epsilon")
+            .and_then(|v| v.to_f32().ok())
+            .ok_or_else(|| bad(format!("`{arch_name}.attention.layer_norm_rms_epsilon` is missing")))?;
+        let rope_theta = get("rope.freq_base").and_then(|v| v.to_f32().ok()).unwrap_or(10_000.0);
+        let vocab_size = match get_usize("vocab_size") {
+            Ok(n) => n,
+            Err(_) => metadata
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.to_vec().ok())
+                .map(|v| v.len())
+                .ok_or_else(|| bad("vocabulary size unknown (no vocab_size, no tokenizer.ggml.tokens)".into()))?,
+        };
+        let token = |key: &str| metadata.get(key).and_then(value_to_u64).map(|n| n as u32);
+        Ok(Self {
+            architecture,
+            vocab_size,
+            hidden_size,
+            intermediate_size: get_usize("feed_forward_length")?,
+            num_hidden_layers: get_usize("block_count")?,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            // f32 metadata, widened through its decimal form so 1e-6 stays 1e-6 rather than 9.99999997e-7.
+            rms_norm_eps: format!("{rms_norm_eps}").parse().unwrap_or(rms_norm_eps as f64),
+            rope_theta: rope_theta as f64,
+            rope_scaling: None,
+            max_position_embeddings: get_usize("context_length")?,
+            // Decided by the loader from whether `output.weight` exists.
+            tie_word_embeddings: false,
+            bos_token_id: token("tokenizer.ggml.bos_token_id"),
+            eos_token_ids: token("tokenizer.ggml.eos_token_id").into_iter().collect(),
+        })
+    }
+
+    /// Real shapes of well-known models, for `--random-init`: lets the agent loop and benchmarks
+    /// run at the true cost without downloading weights.
+    pub fn preset(name: &str) -> Result<Self> {
+        let qwen3 = |hidden, inter, layers, heads, tied| Self {
+            architecture: Architecture::Qwen3,
+            vocab_size: 151_936,
+            hidden_size: hidden,
+            intermediate_size: inter,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            num_key_value_heads: 8,
+            head_dim: 128,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_scaling: None,
+            max_position_embeddings: 40_960,
+            tie_word_embeddings: tied,
+            bos_token_id: Some(151_643),
+            eos_token_ids: vec![151_645, 151_643],
+        };
+        match name {
+            "qwen3-0.6b" => Ok(qwen3(1024, 3072, 28, 16, true)),
+            "qwen3-4b" => Ok(qwen3(2560, 9728, 36, 32, true)),
+            "qwen3-8b" => Ok(qwen3(4096, 12288, 36, 32, false)),
+            "llama-3.1-8b" => Ok(Self {
+                architecture: Architecture::Llama,
+                vocab_size: 128_256,
+                hidden_size: 4096,
+                intermediate_size: 14_336,
+                num_hidden_layers: 32,
+                num_attention_heads: 32,
+                num_key_value_heads: 8,
+                head_dim: 128,
+                rms_norm_eps: 1e-5,
+                rope_theta: 500_000.0,
+                rope_scaling: Some(Llama3RopeScaling {
+                    factor: 8.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_max_position_embeddings: 8192,
+                }),
+                max_position_embeddings: 131_072,
+                tie_word_embeddings: false,
+                bos_token_id: Some(128_000),
+                eos_token_ids: vec![128_001, 128_008, 128_009],
+            }),
+            other => Err(EngineError::UnknownPreset(other.to_string())),
+        }
+    }
+
+    /// Query heads per KV head (grouped-query attention).
+    pub fn kv_groups(&self) -> usize {
+        self.num_attention_heads / self.num_key_value_heads
+    }
+}
+
+fn value_to_u64(v: &gguf_file::Value) -> Option<u64> {
+    use gguf_file::Value as V;
+    match v {
+        V::U8(n) => Some(*n as u64),
+        V::U16(n) => Some(*n as u64),
+        V::U32(n) => Some(*n as u64),
+        V::U64(n) => Some(*n),
+        V::I8(n) => u64::try_from(*n).ok(),
+        V::I16(n) => u64::try_from(*n).ok(),
+        V::I32(n) => u64::try_from(*n).ok(),
+        V::I64(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hf_config_with_both_rope_generations() {
+        let text = r#"{"architectures":["LlamaForCausalLM"],"vocab_size":512,"hidden_size":64,
+            "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+            "rms_norm_eps":1e-5,"max_position_embeddings":512,"eos_token_id":[1,2],
+            "rope_parameters":{"rope_theta":500000.0,"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+            "high_freq_factor":4.0,"original_max_position_embeddings":64}}"#;
+        let cfg = Config::from_hf_json(text, "test").unwrap();
+        assert_eq!(cfg.architecture, Architecture::Llama);
+        assert_eq!(cfg.head_dim, 16);
+        assert_eq!(cfg.rope_theta, 500_000.0);
+        assert_eq!(cfg.rope_scaling.unwrap().original_max_position_embeddings, 64);
+        assert_eq!(cfg.eos_token_ids, vec![1, 2]);
+        assert!(!cfg.tie_word_embeddings);
+    }
+
+    #[test]
+    fn unsupported_architecture_is_named() {
+        let text = r#"{"architectures":["MistralForCausalLM"],"vocab_size":8,"hidden_size":8,
+            "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1,"rms_norm_eps":1e-5,
+            "max_position_embeddings":8}"#;
+        match Config::from_hf_json(text, "test") {
+            Err(EngineError::UnsupportedArchitecture(name)) => assert_eq!(name, "MistralForCausalLM"),
+            other => panic!("expected UnsupportedArchitecture, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn presets_have_consistent_shapes() {
+        for name in ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.1-8b"] {
+            let cfg = Config::preset(name).unwrap();
+            assert_eq!(cfg.num_attention_heads % cfg.num_key_value_heads, 0, "{name}");
+        }
+        assert!(matches!(Config::preset("gpt-2"), Err(EngineError::UnknownPreset(_))));
+    }
+}

@@ -1,0 +1,438 @@
+//! Building a [`Model`] from an HF checkpoint directory, a GGUF file, or a random-init preset.
+//!
+//! Files are validated before candle sees them so that a missing or truncated file becomes a
+//! precise [`EngineError`] instead of an I/O error deep in a tensor read.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
+
+use super::config::{Architecture, Config};
+use super::device::DeviceMap;
+use super::error::{EngineError, Result};
+use super::model::{Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
+use super::rope::{Rope, RopeLayout};
+
+/// Where a model's weights come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSpec {
+    /// An HF checkpoint directory (config.json + safetensors) or a `.gguf` file.
+    Path(PathBuf),
+    /// Real shapes of a known model with seeded random weights (see [`Config::preset`]).
+    Random { preset: String, seed: u64 },
+}
+
+impl Model {
+    /// Loads weights onto `devices`; `dtype` defaults to the device map's (f32 CPU, bf16 CUDA).
+    pub fn load(spec: &ModelSpec, devices: &DeviceMap, dtype: Option<DType>) -> Result<Self> {
+        let dtype = dtype.unwrap_or_else(|| devices.default_dtype());
+        match spec {
+            ModelSpec::Path(path) if path.is_dir() => load_hf(path, devices, dtype),
+            ModelSpec::Path(path) if path.exists() => load_gguf(path, devices, dtype),
+            ModelSpec::Path(path) => Err(EngineError::MissingWeights { path: path.clone() }),
+            ModelSpec::Random { preset, seed } => load_random(&Config::preset(preset)?, *seed, devices, dtype),
+        }
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            EngineError::MissingWeights { path: path.to_path_buf() }
+        } else {
+            EngineError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    }
+}
+
+fn assemble(
+    cfg: Config,
+    devices: &DeviceMap,
+    dtype: DType,
+    rope: Rope,
+    embed: Tensor,
+    mut layer: impl FnMut(usize, &Device) -> Result<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+) -> Result<Model> {
+    let layer_devices = devices.layer_devices(cfg.num_hidden_layers);
+    let layers = layer_devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| layer(i, d))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Model {
+        cfg,
+        embed,
+        layers,
+        norm,
+        lm_head,
+        rope,
+        dtype,
+        prefill_chunk: DEFAULT_PREFILL_CHUNK,
+    })
+}
+
+// ---------------------------------------------------------------- HF safetensors
+
+fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(io_err(&index))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| EngineError::BadConfig {
+            source_name: index.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| EngineError::BadConfig {
+            source_name: index.display().to_string(),
+            detail: "no `weight_map` object".into(),
+        })?;
+        let mut files: Vec<String> = map.values().filter_map(|v| v.as_str().map(str::to_string)).collect();
+        files.sort();
+        files.dedup();
+        return Ok(files.into_iter().map(|f| dir.join(f)).collect());
+    }
+    let single = dir.join("model.safetensors");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        return Err(EngineError::MissingWeights { path: single });
+    }
+    Ok(found)
+}
+
+/// Checks that each shard exists and that its header matches its length.
+fn validate_safetensors(path: &Path) -> Result<()> {
+    let file = File::open(path).map_err(io_err(path))?;
+    // SAFETY: read-only map of a file we do not modify; a concurrent writer would be a user error
+    // that at worst yields garbage weights, never unsoundness in our code, since bytes are copied.
+    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+    safetensors::SafeTensors::deserialize(&mmap).map_err(|e| EngineError::TruncatedWeights {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    Ok(())
+}
+
+struct StWeights {
+    st: MmapedSafetensors,
+    names: HashSet<String>,
+    dtype: DType,
+}
+
+impl StWeights {
+    fn get(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        if !self.names.contains(name) {
+            return Err(EngineError::MissingTensor { name: name.to_string() });
+        }
+        let t = self.st.load(name, device)?;
+        if t.dims() != shape {
+            return Err(EngineError::BadTensorShape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                actual: t.dims().to_vec(),
+            });
+        }
+        Ok(t.to_dtype(self.dtype)?)
+    }
+
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
+        Ok(Linear::new(QMatMul::Tensor(self.get(name, &[out, inp], device)?)))
+    }
+}
+
+fn load_hf(dir: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(io_err(&config_path))?;
+    let cfg = Config::from_hf_json(&text, &config_path.display().to_string())?;
+    let paths = shard_paths(dir)?;
+    for p in &paths {
+        validate_safetensors(p)?;
+    }
+    // SAFETY: as in `validate_safetensors`; the maps live as long as the tensors loaded from them.
+    let st = unsafe { MmapedSafetensors::multi(&paths) }?;
+    let names = st.tensors().into_iter().map(|(n, _)| n).collect();
+    let w = StWeights { st, names, dtype };
+    let (h, kvd, qd, ff) = (
+        cfg.hidden_size,
+        cfg.num_key_value_heads * cfg.head_dim,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.intermediate_size,
+    );
+    let embed = w.get("model.embed_tokens.weight", &[cfg.vocab_size, h], devices.first())?;
+    let last = devices.last();
+    let lm_head = if w.names.contains("lm_head.weight") {
+        w.linear("lm_head.weight", cfg.vocab_size, h, last)?
+    } else if cfg.tie_word_embeddings {
+        Linear::new(QMatMul::Tensor(embed.to_device(last)?))
+    } else {
+        return Err(EngineError::MissingTensor { name: "lm_head.weight".into() });
+    };
+    let norm = w.get("model.norm.weight", &[h], last)?;
+    let qwen3 = cfg.architecture == Architecture::Qwen3;
+    let hd = cfg.head_dim;
+    let rope = Rope::from_config(&cfg, RopeLayout::Halves);
+    let layer = |i: usize, d: &Device| -> Result<Layer> {
+        let p = format!("model.layers.{i}");
+        Ok(Layer {
+            attn_norm: w.get(&format!("{p}.input_layernorm.weight"), &[h], d)?,
+            q: w.linear(&format!("{p}.self_attn.q_proj.weight"), qd, h, d)?,
+            k: w.linear(&format!("{p}.self_attn.k_proj.weight"), kvd, h, d)?,
+            v: w.linear(&format!("{p}.self_attn.v_proj.weight"), kvd, h, d)?,
+            o: w.linear(&format!("{p}.self_attn.o_proj.weight"), h, qd, d)?,
+            q_norm: if qwen3 { Some(w.get(&format!("{p}.self_attn.q_norm.weight"), &[hd], d)?) } else { None },
+            k_norm: if qwen3 { Some(w.get(&format!("{p}.self_attn.k_norm.weight"), &[hd], d)?) } else { None },
+            ffn_norm: w.get(&format!("{p}.post_attention_layernorm.weight"), &[h], d)?,
+            gate: w.linear(&format!("{p}.mlp.gate_proj.weight"), ff, h, d)?,
+            up: w.linear(&format!("{p}.mlp.up_proj.weight"), ff, h, d)?,
+            down: w.linear(&format!("{p}.mlp.down_proj.weight"), h, ff, d)?,
+            device: d.clone(),
+        })
+    };
+    assemble(cfg.clone(), devices, dtype, rope, embed, layer, norm, lm_head)
+}
+
+// ---------------------------------------------------------------- GGUF
+
+const SUPPORTED_QUANTS: [GgmlDType; 9] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8_0,
+];
+
+/// Reads a GGUF header (metadata and tensor index), e.g. for the tokenizer; checks that every
+/// tensor lies inside the file and uses a supported type.
+pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
+    let mut file = File::open(path).map_err(io_err(path))?;
+    let file_len = file.metadata().map_err(io_err(path))?.len();
+    let content = gguf_file::Content::read(&mut file).map_err(|e| {
+        let msg = e.to_string();
+        match msg.strip_prefix("unknown dtype for tensor ") {
+            Some(code) => EngineError::UnsupportedQuantType {
+                tensor: "(unknown)".into(),
+                dtype: format!("ggml type {code}"),
+            },
+            None => EngineError::TruncatedWeights {
+                path: path.to_path_buf(),
+                detail: msg,
+            },
+        }
+    })?;
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    for name in names {
+        let info = &content.tensor_infos[name];
+        if !SUPPORTED_QUANTS.contains(&info.ggml_dtype) {
+            return Err(EngineError::UnsupportedQuantType {
+                tensor: name.clone(),
+                dtype: format!("{:?}", info.ggml_dtype),
+            });
+        }
+        let bytes = (info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()) as u64;
+        let end = content.tensor_data_offset + info.offset + bytes;
+        if end > file_len {
+            return Err(EngineError::TruncatedWeights {
+                path: path.to_path_buf(),
+                detail: format!("tensor `{name}` ends at byte {end}, the file has {file_len}"),
+            });
+        }
+    }
+    Ok(content)
+}
+
+struct GgufWeights {
+    content: gguf_file::Content,
+    file: std::cell::RefCell<File>,
+    dtype: DType,
+}
+
+impl GgufWeights {
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    fn qtensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<QTensor> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| EngineError::MissingTensor { name: name.to_string() })?;
+        if info.shape.dims() != shape {
+            return Err(EngineError::BadTensorShape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                actual: info.shape.dims().to_vec(),
+            });
+        }
+        Ok(self.content.tensor(&mut *self.file.borrow_mut(), name, device)?)
+    }
+
+    /// Small tensors (norms) and the embedding table, dequantized to the activation dtype.
+    fn dense(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        Ok(self.qtensor(name, shape, device)?.dequantize(device)?.to_dtype(self.dtype)?)
+    }
+
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
+        let q = self.qtensor(name, &[out, inp], device)?;
+        let mm = QMatMul::from_arc(Arc::new(q))?;
+        // F32/F16 weights come back dense in their own dtype; run them in the activation dtype.
+        Ok(Linear::new(match mm {
+            QMatMul::Tensor(t) | QMatMul::TensorF16(t) => QMatMul::Tensor(t.to_dtype(self.dtype)?),
+            q => q,
+        }))
+    }
+}
+
+fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
+    let content = read_gguf(path)?;
+    let mut cfg = Config::from_gguf(&content.metadata, &path.display().to_string())?;
+    let file = File::open(path).map_err(io_err(path))?;
+    let w = GgufWeights {
+        content,
+        file: std::cell::RefCell::new(file),
+        dtype,
+    };
+    let (h, kvd, qd, ff) = (
+        cfg.hidden_size,
+        cfg.num_key_value_heads * cfg.head_dim,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.intermediate_size,
+    );
+    // llama.cpp's converter permutes llama q/k rows for its interleaved RoPE; qwen3 uses NEOX.
+    let layout = match cfg.architecture {
+        Architecture::Llama => RopeLayout::Interleaved,
+        Architecture::Qwen3 => RopeLayout::Halves,
+    };
+    let rope = if w.has("rope_freqs.weight") {
+        let factors: Vec<f32> = w
+            .qtensor("rope_freqs.weight", &[cfg.head_dim / 2], &Device::Cpu)?
+            .dequantize(&Device::Cpu)?
+            .to_vec1()?;
+        Rope::with_freq_factors(&cfg, layout, &factors)
+    } else {
+        Rope::from_config(&cfg, layout)
+    };
+    let embed = w.dense("token_embd.weight", &[cfg.vocab_size, h], devices.first())?;
+    let last = devices.last();
+    cfg.tie_word_embeddings = !w.has("output.weight");
+    let lm_head = if cfg.tie_word_embeddings {
+        w.linear("token_embd.weight", cfg.vocab_size, h, last)?
+    } else {
+        w.linear("output.weight", cfg.vocab_size, h, last)?
+    };
+    let norm = w.dense("output_norm.weight", &[h], last)?;
+    let qwen3 = cfg.architecture == Architecture::Qwen3;
+    let hd = cfg.head_dim;
+    let layer = |i: usize, d: &Device| -> Result<Layer> {
+        let p = format!("blk.{i}");
+        Ok(Layer {
+            attn_norm: w.dense(&format!("{p}.attn_norm.weight"), &[h], d)?,
+            q: w.linear(&format!("{p}.attn_q.weight"), qd, h, d)?,
+            k: w.linear(&format!("{p}.attn_k.weight"), kvd, h, d)?,
+            v: w.linear(&format!("{p}.attn_v.weight"), kvd, h, d)?,
+            o: w.linear(&format!("{p}.attn_output.weight"), h, qd, d)?,
+            q_norm: if qwen3 { Some(w.dense(&format!("{p}.attn_q_norm.weight"), &[hd], d)?) } else { None },
+            k_norm: if qwen3 { Some(w.dense(&format!("{p}.attn_k_norm.weight"), &[hd], d)?) } else { None },
+            ffn_norm: w.dense(&format!("{p}.ffn_norm.weight"), &[h], d)?,
+            gate: w.linear(&format!("{p}.ffn_gate.weight"), ff, h, d)?,
+            up: w.linear(&format!("{p}.ffn_up.weight"), ff, h, d)?,
+            down: w.linear(&format!("{p}.ffn_down.weight"), h, ff, d)?,
+            device: d.clone(),
+        })
+    };
+    assemble(cfg.clone(), devices, dtype, rope, embed, layer, norm, lm_head)
+}
+
+// ---------------------------------------------------------------- random init
+
+/// SplitMix64: tiny, seedable, and identical on every platform, so a preset + seed always gives
+/// the same weights.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Uniform weights with standard deviation 0.02 (HF's initializer range), generated in
+/// independently seeded blocks so rayon can fill large tensors in parallel deterministically.
+fn random_tensor(name: &str, shape: &[usize], seed: u64, dtype: DType, device: &Device) -> Result<Tensor> {
+    const BLOCK: usize = 1 << 16;
+    let mut name_seed = seed;
+    for b in name.bytes() {
+        name_seed = splitmix(&mut name_seed) ^ b as u64;
+    }
+    let n: usize = shape.iter().product();
+    let half_width = 0.02f32 * 3f32.sqrt();
+    let mut data = vec![0f32; n];
+    data.par_chunks_mut(BLOCK).enumerate().for_each(|(i, block)| {
+        let mut s = name_seed ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        for x in block {
+            let u = (splitmix(&mut s) >> 40) as f32 / (1u64 << 24) as f32;
+            *x = (2.0 * u - 1.0) * half_width;
+        }
+    });
+    Ok(Tensor::from_vec(data, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(device)?)
+}
+
+fn load_random(cfg: &Config, seed: u64, devices: &DeviceMap, dtype: DType) -> Result<Model> {
+    let (h, kvd, qd, ff) = (
+        cfg.hidden_size,
+        cfg.num_key_value_heads * cfg.head_dim,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.intermediate_size,
+    );
+    let ones = |n: usize, d: &Device| -> Result<Tensor> { Ok(Tensor::ones(n, dtype, d)?) };
+    let lin = |name: &str, out: usize, inp: usize, d: &Device| -> Result<Linear> {
+        Ok(Linear::new(QMatMul::Tensor(random_tensor(name, &[out, inp], seed, dtype, d)?)))
+    };
+    let embed = random_tensor("embed", &[cfg.vocab_size, h], seed, dtype, devices.first())?;
+    let last = devices.last();
+    let lm_head = if cfg.tie_word_embeddings {
+        Linear::new(QMatMul::Tensor(embed.to_device(last)?))
+    } else {
+        lin("lm_head", cfg.vocab_size, h, last)?
+    };
+    let qwen3 = cfg.architecture == Architecture::Qwen3;
+    let layer = |i: usize, d: &Device| -> Result<Layer> {
+        Ok(Layer {
+            attn_norm: ones(h, d)?,
+            q: lin(&format!("{i}.q"), qd, h, d)?,
+            k: lin(&format!("{i}.k"), kvd, h, d)?,
+            v: lin(&format!("{i}.v"), kvd, h, d)?,
+            o: lin(&format!("{i}.o"), h, qd, d)?,
+            q_norm: if qwen3 { Some(ones(cfg.head_dim, d)?) } else { None },
+            k_norm: if qwen3 { Some(ones(cfg.head_dim, d)?) } else { None },
+            ffn_norm: ones(h, d)?,
+            gate: lin(&format!("{i}.gate"), ff, h, d)?,
+            up: lin(&format!("{i}.up"), ff, h, d)?,
+            down: lin(&format!("{i}.down"), h, ff, d)?,
+            device: d.clone(),
+        })
+    };
+    let rope = Rope::from_config(cfg, RopeLayout::Halves);
+    assemble(cfg.clone(), devices, dtype, rope, embed, layer, ones(h, last)?, lm_head)
+}

@@ -1,0 +1,295 @@
+//! The decoder forward pass shared by Qwen3 and Llama, written here rather than taken from
+//! candle-transformers because those models keep their KV cache private and cannot truncate,
+//! snapshot, or restore it, which the prefix cache and the agent's rollbacks need.
+//!
+//! Prefill runs in chunks whose boundaries sit at absolute positions that are multiples of the
+//! chunk size, so a long prompt never materializes a full `len × len` score matrix, and the same
+//! position is always computed by the same chunk whatever was cached before (see
+//! `prefix_cache`). Grouped-query attention folds the query heads of one KV head into the row
+//! dimension instead of repeating K and V, so the cache is read in place.
+
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::config::{Architecture, Config};
+use super::error::{EngineError, Result};
+use super::kv_cache::KvCache;
+use super::rope::Rope;
+
+/// Default prefill chunk, in positions.
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
+
+/// A projection: dense (safetensors, F16/F32 GGUF) or block-quantized (GGUF).
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    inner: QMatMul,
+}
+
+impl Linear {
+    pub(crate) fn new(inner: QMatMul) -> Self {
+        Self { inner }
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Quantized kernels take f32 activations; bf16 activations (CUDA) are widened around them.
+        if matches!(self.inner, QMatMul::QTensor(_)) && x.dtype() != DType::F32 {
+            let dtype = x.dtype();
+            return Ok(self.inner.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)?);
+        }
+        Ok(self.inner.forward(x)?)
+    }
+}
+
+/// One decoder block's weights, all on `device`.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub attn_norm: Tensor,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    /// Qwen3's per-head RMSNorm on queries and keys.
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub ffn_norm: Tensor,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+    pub device: Device,
+}
+
+/// A loaded model: weights placed on their devices plus the settings of the forward pass.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub(crate) cfg: Config,
+    /// `[vocab, hidden]` on the first device.
+    pub(crate) embed: Tensor,
+    pub(crate) layers: Vec<Layer>,
+    /// Final norm and head, on the last device.
+    pub(crate) norm: Tensor,
+    pub(crate) lm_head: Linear,
+    pub(crate) rope: Rope,
+    pub(crate) dtype: DType,
+    pub(crate) prefill_chunk: usize,
+}
+
+/// Per-device inputs shared by the layers of one chunk.
+struct ChunkInputs {
+    device: Device,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Option<Tensor>,
+}
+
+enum Want {
+    Last,
+    All,
+}
+
+impl Model {
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    /// Longest sequence (prompt plus generated tokens) the model accepts.
+    pub fn context_len(&self) -> usize {
+        self.cfg.max_position_embeddings
+    }
+
+    /// Activation and KV dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn prefill_chunk(&self) -> usize {
+        self.prefill_chunk
+    }
+
+    /// Sets the prefill chunk (positions per forward step; at least 1). Smaller chunks bound the
+    /// attention score memory; prefix-cache reuse is rounded to this size.
+    pub fn set_prefill_chunk(&mut self, chunk: usize) {
+        self.prefill_chunk = chunk.max(1);
+    }
+
+    /// Devices of each decoder layer, in order.
+    pub fn layer_devices(&self) -> Vec<Device> {
+        self.layers.iter().map(|l| l.device.clone()).collect()
+    }
+
+    /// A fresh cache sized for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(self.layers.len())
+    }
+
+    /// Runs `tokens` at positions `cache.len()..` and returns the f32 logits `[vocab]` of the
+    /// last one.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let hidden = self.run(tokens, cache, Want::Last)?;
+        Ok(self.lm_head.forward(&hidden)?.to_dtype(DType::F32)?.flatten_all()?)
+    }
+
+    /// Like [`Model::forward`] but returns the f32 logits of every position, `[len, vocab]`.
+    pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let hidden = self.run(tokens, cache, Want::All)?;
+        Ok(self.lm_head.forward(&hidden)?.to_dtype(DType::F32)?)
+    }
+
+    /// Final hidden states (after the final norm) of every position, f32 `[len, hidden]`; the
+    /// input of embedding and reranker heads.
+    pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        Ok(self.run(tokens, cache, Want::All)?.to_dtype(DType::F32)?)
+    }
+
+    /// Last-token embedding, L2-normalized (Qwen3-Embedding style), of `tokens` run alone.
+    pub fn embed_last_token(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut cache = self.new_cache();
+        let hidden = self.run(tokens, &mut cache, Want::Last)?.to_dtype(DType::F32)?;
+        let mut v: Vec<f32> = hidden.flatten_all()?.to_vec1()?;
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        v.iter_mut().for_each(|x| *x /= norm);
+        Ok(v)
+    }
+
+    /// Normalized hidden states `[rows, hidden]` on the last device.
+    fn run(&self, tokens: &[u32], cache: &mut KvCache, want: Want) -> Result<Tensor> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if cache.n_layers() != self.layers.len() {
+            return Err(EngineError::CacheMismatch {
+                cache_layers: cache.n_layers(),
+                model_layers: self.layers.len(),
+            });
+        }
+        let total = cache.len() + tokens.len();
+        if total > self.context_len() {
+            return Err(EngineError::PromptTooLong {
+                prompt_len: total,
+                context_len: self.context_len(),
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
+            return Err(EngineError::TokenOutOfRange {
+                id,
+                vocab_size: self.cfg.vocab_size,
+            });
+        }
+        let chunk = self.prefill_chunk;
+        let mut outputs = Vec::new();
+        let mut done = 0;
+        while done < tokens.len() {
+            let pos = cache.len();
+            let end = ((pos / chunk + 1) * chunk).min(pos + tokens.len() - done);
+            let piece = &tokens[done..done + end - pos];
+            let x = self.run_chunk(piece, cache)?;
+            done += piece.len();
+            let rows = match want {
+                Want::All => x,
+                Want::Last if done == tokens.len() => x.narrow(0, piece.len() - 1, 1)?,
+                Want::Last => continue,
+            };
+            let normed = candle_nn::ops::rms_norm(&rows.contiguous()?, &self.norm, self.cfg.rms_norm_eps as f32)?;
+            outputs.push(normed);
+        }
+        Ok(Tensor::cat(&outputs, 0)?)
+    }
+
+    /// One chunk through every layer; returns the un-normed hidden states `[t, hidden]` on the
+    /// last device and advances the cache.
+    fn run_chunk(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let pos = cache.len();
+        let t = tokens.len();
+        let ids = Tensor::new(tokens, self.embed.device())?;
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        let mut inputs: Option<ChunkInputs> = None;
+        for (i, layer) in self.layers.iter().enumerate() {
+            if !x.device().same_device(&layer.device) {
+                x = x.to_device(&layer.device)?;
+            }
+            let stale = inputs.as_ref().is_none_or(|c| !c.device.same_device(&layer.device));
+            if stale {
+                inputs = Some(self.chunk_inputs(pos, t, &layer.device)?);
+            }
+            let Some(inp) = inputs.as_ref() else { unreachable!("set above") };
+            x = self.layer_forward(layer, i, &x, inp, cache)?;
+        }
+        cache.advance(t);
+        let last = self.norm.device();
+        if !x.device().same_device(last) {
+            x = x.to_device(last)?;
+        }
+        Ok(x.squeeze(0)?)
+    }
+
+    fn chunk_inputs(&self, pos: usize, t: usize, device: &Device) -> Result<ChunkInputs> {
+        let (cos, sin) = self.rope.tables(pos, t, self.dtype, device)?;
+        // Causal mask over the whole visible range: row i (position pos + i) sees keys 0..=pos + i.
+        let mask = if t > 1 {
+            let len = pos + t;
+            let data: Vec<f32> = (0..t)
+                .flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+                .collect();
+            Some(Tensor::from_vec(data, (t, len), device)?.to_dtype(self.dtype)?)
+        } else {
+            None
+        };
+        Ok(ChunkInputs {
+            device: device.clone(),
+            cos,
+            sin,
+            mask,
+        })
+    }
+
+    fn layer_forward(&self, l: &Layer, idx: usize, x: &Tensor, inp: &ChunkInputs, cache: &mut KvCache) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let eps = cfg.rms_norm_eps as f32;
+        let (_, t, _) = x.dims3()?;
+        let (n_head, n_kv, hd) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
+        let q = l.q.forward(&h)?.reshape((1, t, n_head, hd))?;
+        let k = l.k.forward(&h)?.reshape((1, t, n_kv, hd))?;
+        let v = l.v.forward(&h)?.reshape((1, t, n_kv, hd))?;
+        let (q, k) = match (&l.q_norm, &l.k_norm) {
+            (Some(qn), Some(kn)) => (
+                candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?,
+                candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?,
+            ),
+            _ => (q, k),
+        };
+        let q = self.rope.apply(&q.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
+        let k = self.rope.apply(&k.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let (k_all, v_all) = cache.append(idx, &k, &v)?;
+        let len = k_all.dim(2)?;
+        let groups = n_head / n_kv;
+        // Query head h uses KV head h / groups: heads of one group become extra rows.
+        let q = q.reshape((1, n_kv, groups * t, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(mask) = &inp.mask {
+            scores = scores
+                .reshape((1, n_kv, groups, t, len))?
+                .broadcast_add(mask)?
+                .reshape((1, n_kv, groups * t, len))?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let attn = probs
+            .matmul(&v_all)?
+            .reshape((1, n_head, t, hd))?
+            .transpose(1, 2)?
+            .reshape((1, t, n_head * hd))?;
+        let x = (x + l.o.forward(&attn)?)?;
+        let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
+        let mlp = (candle_nn::ops::silu(&l.gate.forward(&h)?)? * l.up.forward(&h)?)?;
+        Ok((x + l.down.forward(&mlp)?)?)
+    }
+
+    pub fn architecture(&self) -> Architecture {
+        self.cfg.architecture
+    }
+}

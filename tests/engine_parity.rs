@@ -1,0 +1,197 @@
+//! Parity of the engine's forward pass with transformers and llama.cpp on the tiny fixtures in
+//! `../shared/reference/tiny-models` (see the README there for how they were made).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::{DType, Device, Tensor};
+use tableseek::engine::{DeviceMap, GenerateOptions, Generator, Model, ModelSpec, StopReason};
+
+const TOL: f32 = 1e-4;
+
+/// `../shared` next to the repo root, or `$TABLESEEK_SHARED` (for git worktrees elsewhere).
+fn fixtures() -> Option<PathBuf> {
+    let shared = std::env::var_os("TABLESEEK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let dir = shared.join("reference/tiny-models");
+    if dir.exists() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: {} not found", dir.display());
+        None
+    }
+}
+
+fn load_st(path: PathBuf) -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(&path, &Device::Cpu).unwrap()
+}
+
+fn ids(t: &Tensor) -> Vec<u32> {
+    t.to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap().into_iter().map(|x| x as u32).collect()
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}
+
+fn load(spec: PathBuf, devices: &DeviceMap, chunk: usize) -> Model {
+    let mut model = Model::load(&ModelSpec::Path(spec), devices, None).unwrap();
+    model.set_prefill_chunk(chunk);
+    model
+}
+
+fn greedy(model: Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut generator = Generator::new(model);
+    let opts = GenerateOptions {
+        max_new_tokens: n,
+        ..Default::default()
+    };
+    let out = generator.generate(prompt, &opts, |_| false).unwrap();
+    assert_eq!(out.stop_reason, StopReason::MaxNewTokens);
+    out.tokens
+}
+
+/// All-position logits from scratch (one chunk and 16-token chunks), greedy ids, decode-step
+/// logits, and a 2-way layer split.
+fn check_hf(name: &str) {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join(name);
+    let expected = load_st(dir.join("expected.safetensors"));
+    let input = ids(&expected["input_ids"]);
+    for (chunk, devices) in [
+        (256, DeviceMap::cpu()),
+        (16, DeviceMap::cpu()),
+        (16, DeviceMap::parse("cpu,cpu", Some("1,1")).unwrap()),
+    ] {
+        let model = load(dir.clone(), &devices, chunk);
+        let mut cache = model.new_cache();
+        let logits = model.forward_all(&input, &mut cache).unwrap();
+        let diff = max_abs_diff(&logits, &expected["logits"]);
+        eprintln!("{name} chunk {chunk} devices {:?}: max |Δlogits| {diff:.3e}", devices.kinds());
+        assert!(diff <= TOL, "{name}: {diff}");
+        let hidden = model.forward_hidden(&input, &mut model.new_cache()).unwrap();
+        assert!(max_abs_diff(&hidden, &expected["last_hidden"]) <= TOL);
+    }
+    let split = load(dir.clone(), &DeviceMap::parse("cpu,cpu", Some("1,1")).unwrap(), 16);
+    assert_eq!(split.layer_devices().len(), 2);
+
+    // Incremental decoding matches transformers' KV-cache decode step by step.
+    let model = load(dir.clone(), &DeviceMap::cpu(), 16);
+    let greedy_ids = ids(&expected["greedy_ids"]);
+    let mut cache = model.new_cache();
+    let mut logits = model.forward(&input, &mut cache).unwrap();
+    for (k, &tok) in greedy_ids.iter().enumerate() {
+        let step = expected["greedy_step_logits"].get(k).unwrap();
+        let diff = max_abs_diff(&logits, &step);
+        assert!(diff <= TOL, "{name} decode step {k}: {diff}");
+        logits = model.forward(&[tok], &mut cache).unwrap();
+    }
+    assert_eq!(greedy(model, &input, 16), greedy_ids, "{name} greedy");
+}
+
+#[test]
+fn tiny_qwen3_matches_transformers() {
+    check_hf("tiny-qwen3");
+}
+
+#[test]
+fn tiny_llama_matches_transformers() {
+    check_hf("tiny-llama");
+}
+
+#[test]
+fn tiny_llama3_rope_matches_transformers() {
+    check_hf("tiny-llama3-rope");
+}
+
+/// A prompt served partly from the prefix cache gives bitwise the same logits and tokens.
+#[test]
+fn prefix_cache_is_bitwise_equal_to_scratch() {
+    let Some(dir) = fixtures() else { return };
+    for name in ["tiny-qwen3", "tiny-llama3-rope"] {
+        let dir = dir.join(name);
+        let expected = load_st(dir.join("expected.safetensors"));
+        let input = ids(&expected["input_ids"]);
+        let opts = GenerateOptions {
+            max_new_tokens: 16,
+            ..Default::default()
+        };
+
+        let mut cold = Generator::new(load(dir.clone(), &DeviceMap::cpu(), 16));
+        let scratch = cold.generate(&input, &GenerateOptions { use_prefix_cache: false, ..opts.clone() }, |_| false).unwrap();
+        assert_eq!(scratch.stats.cached_tokens, 0);
+
+        let mut warm = Generator::new(load(dir.clone(), &DeviceMap::cpu(), 16));
+        // An earlier prompt sharing the first 53 tokens, then diverging.
+        let mut other = input[..53].to_vec();
+        other.extend([1, 2, 3, 4, 5, 6, 7]);
+        warm.generate(&other, &opts, |_| false).unwrap();
+        let served = warm.generate(&input, &opts, |_| false).unwrap();
+        assert_eq!(served.stats.cached_tokens, 48, "reuse rounds down to the 16-token chunk");
+        assert_eq!(served.stats.prompt_tokens, 96);
+        assert_eq!(served.tokens, scratch.tokens);
+        assert_eq!(served.tokens, ids(&expected["greedy_ids"]));
+
+        // Logits, bit for bit: positions 48.. from a restored cache vs a cold run.
+        let model = warm.model().clone();
+        let mut restored = warm.prefix_cache_mut().lookup(&input, 16).unwrap().unwrap();
+        assert_eq!(restored.len(), 80, "the full 96-token prompt was stored up to 80 (last chunk must rerun)");
+        restored.truncate(48);
+        let from_cache = model.forward_all(&input[48..], &mut restored).unwrap();
+        let from_scratch = model.forward_all(&input, &mut model.new_cache()).unwrap().narrow(0, 48, 48).unwrap();
+        assert_eq!(from_cache.to_vec2::<f32>().unwrap(), from_scratch.to_vec2::<f32>().unwrap(), "{name}");
+        let diff = max_abs_diff(&from_cache, &expected["logits"].narrow(0, 48, 48).unwrap());
+        assert!(diff <= TOL, "{name} cached prefix: {diff}");
+    }
+}
+
+fn check_gguf(model_dir: &str, file: &str) -> Option<(Model, HashMap<String, Tensor>, HashMap<String, Tensor>)> {
+    let dir = fixtures()?.join(model_dir);
+    let model = load(dir.join(file), &DeviceMap::cpu(), 16);
+    Some((model, load_st(dir.join("expected.safetensors")), load_st(dir.join("llamacpp.safetensors"))))
+}
+
+#[test]
+fn gguf_f32_matches_transformers() {
+    for (dir, file) in [("tiny-qwen3", "tiny-qwen3-f32.gguf"), ("tiny-llama", "tiny-llama-f32.gguf")] {
+        let Some((model, expected, llamacpp)) = check_gguf(dir, file) else { return };
+        let input = ids(&expected["input_ids"]);
+        let logits = model.forward_all(&input, &mut model.new_cache()).unwrap();
+        let diff = max_abs_diff(&logits, &expected["logits"]);
+        eprintln!("{file}: max |Δlogits| vs transformers {diff:.3e}");
+        assert!(diff <= TOL, "{file}: {diff}");
+        assert_eq!(greedy(model, &input, 16), ids(&llamacpp["f32.greedy_ids"]), "{file}");
+    }
+}
+
+#[test]
+fn gguf_q8_0_matches_llama_cpp_greedy() {
+    for (dir, file) in [("tiny-qwen3", "tiny-qwen3-q8_0.gguf"), ("tiny-llama", "tiny-llama-q8_0.gguf")] {
+        let Some((model, expected, llamacpp)) = check_gguf(dir, file) else { return };
+        let input = ids(&expected["input_ids"]);
+        let last = model.forward(&input, &mut model.new_cache()).unwrap();
+        let vs_llamacpp = max_abs_diff(&last, &llamacpp["q8_0.last_logits"]);
+        let vs_hf = max_abs_diff(&last, &expected["logits"].get(95).unwrap());
+        eprintln!("{file}: last-position max |Δlogits| vs llama.cpp q8_0 {vs_llamacpp:.3e}, vs transformers f32 {vs_hf:.3e}");
+        // Measured: qwen3 0 (bitwise), llama 6.7e-2. llama.cpp's own q8_0 run is 5e-2..8e-2 from
+        // transformers, so this bound only catches gross errors; the greedy ids are the real check.
+        assert!(vs_llamacpp < 0.1, "{file}: {vs_llamacpp}");
+        assert_eq!(greedy(model, &input, 16), ids(&llamacpp["q8_0.greedy_ids"]), "{file}");
+    }
+}
+
+#[test]
+fn last_token_embedding_matches_transformers() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let refs = load_st(dir.join("embed_rerank.safetensors"));
+    let model = load(dir, &DeviceMap::cpu(), 16);
+    for (i, key) in ["seq0_ids", "seq1_ids", "seq2_ids"].into_iter().enumerate() {
+        let emb = model.embed_last_token(&ids(&refs[key])).unwrap();
+        let expected: Vec<f32> = refs["emb_single"].get(i).unwrap().to_vec1().unwrap();
+        let diff = emb.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(diff <= 1e-5, "{key}: {diff}");
+    }
+}
