@@ -419,8 +419,9 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(render(None), "unset");
-        assert_eq!(render(Some(false)), "false");
-        assert_eq!(render(Some(true)), "true");
+        // Printed the way Jinja2 prints Python booleans.
+        assert_eq!(render(Some(false)), "False");
+        assert_eq!(render(Some(true)), "True");
     }
 
     #[test]
