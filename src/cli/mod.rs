@@ -1,7 +1,9 @@
 use clap::{Parser, Subcommand};
 
 mod corpus;
+mod generate;
 mod grep;
+mod model_args;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,6 +26,10 @@ pub enum Command {
     Corpus(corpus::CorpusCommand),
     /// Rank the tables of a corpus by the share of patterns they contain, with previews.
     Grep(grep::GrepArgs),
+    /// One greedy reply from a chat model (scriptable; --json prints ids and counters).
+    Generate(generate::GenerateArgs),
+    /// Talk to a model interactively.
+    Chat(generate::ChatArgs),
 }
 
 pub fn init_tracing(verbose: u8) {
@@ -45,5 +51,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(cmd) => corpus::run(cmd),
         Command::Grep(args) => grep::run(args),
+        Command::Generate(args) => generate::run_generate(args),
+        Command::Chat(args) => generate::run_chat(args),
     }
 }

@@ -52,6 +52,10 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] super::tokenizer::TokenizerError),
+    #[error(transparent)]
+    ChatTemplate(#[from] super::chat::ChatTemplateError),
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

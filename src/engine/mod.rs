@@ -7,6 +7,7 @@
 //! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
 //! - [`generate`]: greedy decoding with stop conditions and a logits hook.
 //! - [`device`]: device specs and layer split.
+//! - [`session`]: weights + tokenizer + template behind one `chat(messages)` call.
 //! - [`tokenizer`], [`chat`]: text ↔ ids (tokenizer.json or rebuilt from GGUF) and chat templates.
 
 pub mod config;
@@ -28,7 +29,9 @@ pub use load::{read_gguf, ModelSpec};
 pub use model::Model;
 pub use prefix_cache::PrefixCache;
 pub mod chat;
+pub mod session;
 pub mod tokenizer;
 
 pub use chat::{strip_thinking, ChatMessage, ChatTemplate, ChatTemplateError, TemplateOptions};
 pub use tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer, TokenizerError};
+pub use session::{ChatModel, ChatModelOptions, ChatOptions, ChatOutput};

@@ -1,0 +1,76 @@
+//! Model-loading flags shared by every subcommand that runs an LLM.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use candle_core::DType;
+use tableseek::engine::{ChatModel, ChatModelOptions, DeviceMap, ModelSpec};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// A GGUF file or a Hugging Face checkpoint directory (config.json + *.safetensors).
+    #[arg(long, default_value = "models/smollm2-135m-instruct-q4_1.gguf")]
+    pub model: PathBuf,
+    /// tokenizer.json to use instead of the one that comes with the weights.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Random weights at the real shapes of a known model, for speed and memory measurements
+    /// only (qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b). Needs --tokenizer.
+    #[arg(long, value_name = "PRESET")]
+    pub random_init: Option<String>,
+    /// `cpu`, `cuda:N`, or `cuda:0,1,...` to split the layers across GPUs.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Proportions of decoder layers per device, e.g. `3,1` (like llama.cpp's -ts).
+    #[arg(long)]
+    pub layer_split: Option<String>,
+    /// f32, bf16 or f16; defaults to f32 on CPU and bf16 on CUDA.
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// CPU threads for the forward pass (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> anyhow::Result<ChatModel> {
+        if let Some(threads) = self.threads {
+            // Candle's CPU kernels run on rayon's global pool; it can only be sized before first use.
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build_global()
+                .context("setting the CPU thread count")?;
+        }
+        let devices = DeviceMap::parse(&self.device, self.layer_split.as_deref())?;
+        let dtype = match self.dtype.as_deref() {
+            None => None,
+            Some("f32") => Some(DType::F32),
+            Some("bf16") => Some(DType::BF16),
+            Some("f16") => Some(DType::F16),
+            Some(other) => bail!("unknown --dtype `{other}` (expected f32, bf16 or f16)"),
+        };
+        let spec = match &self.random_init {
+            Some(preset) => ModelSpec::Random {
+                preset: preset.clone(),
+                seed: 0,
+            },
+            None => ModelSpec::Path(self.model.clone()),
+        };
+        let options = ChatModelOptions {
+            tokenizer: self.tokenizer.clone(),
+            devices,
+            dtype,
+            ..ChatModelOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let model = ChatModel::load(&spec, &options).with_context(|| match &self.random_init {
+            Some(preset) => format!("building random-init model {preset}"),
+            None => format!(
+                "loading model {} (run scripts/fetch-models.sh for the default)",
+                self.model.display()
+            ),
+        })?;
+        tracing::info!(ms = started.elapsed().as_millis() as u64, "model loaded");
+        Ok(model)
+    }
+}

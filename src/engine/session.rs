@@ -1,0 +1,238 @@
+//! A chat model ready to answer: weights, tokenizer and chat template loaded together from one
+//! path, so callers (the CLI, the agent, the rerank baseline) deal in messages and text, not ids.
+//!
+//! A GGUF file carries all three; an HF checkpoint directory has `tokenizer.json` and
+//! `tokenizer_config.json` beside the weights. `--tokenizer` overrides either.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::DType;
+
+use super::chat::{strip_thinking, ChatMessage, ChatTemplate, TemplateOptions};
+use super::device::DeviceMap;
+use super::error::{EngineError, Result};
+use super::generate::{
+    CallStats, GenerateOptions, Generator, LogitsMask, StopReason, DEFAULT_PREFIX_CACHE_BYTES,
+};
+use super::load::{read_gguf, ModelSpec};
+use super::model::Model;
+use super::tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer};
+
+/// How to load a [`ChatModel`].
+#[derive(Debug, Clone)]
+pub struct ChatModelOptions {
+    /// A `tokenizer.json` to use instead of the one that comes with the weights. Required for
+    /// random-init models, which have none.
+    pub tokenizer: Option<PathBuf>,
+    pub devices: DeviceMap,
+    /// Defaults to the device map's (f32 on CPU, bf16 on CUDA).
+    pub dtype: Option<DType>,
+    pub prefix_cache_bytes: usize,
+}
+
+impl Default for ChatModelOptions {
+    fn default() -> Self {
+        Self {
+            tokenizer: None,
+            devices: DeviceMap::cpu(),
+            dtype: None,
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
+        }
+    }
+}
+
+/// Options of one [`ChatModel::chat`] call.
+#[derive(Debug, Clone)]
+pub struct ChatOptions {
+    pub max_new_tokens: usize,
+    /// Generation ends at the first of these; the answer is cut before it.
+    pub stop_strings: Vec<String>,
+    /// For templates that read it (Qwen3); `None` leaves the template's default.
+    pub enable_thinking: Option<bool>,
+    pub truncate_prompt: bool,
+    pub use_prefix_cache: bool,
+}
+
+impl Default for ChatOptions {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 512,
+            stop_strings: Vec::new(),
+            enable_thinking: None,
+            truncate_prompt: false,
+            use_prefix_cache: true,
+        }
+    }
+}
+
+/// The result of one chat call.
+#[derive(Debug, Clone)]
+pub struct ChatOutput {
+    /// The templated prompt text, as tokenized.
+    pub prompt: String,
+    pub prompt_token_ids: Vec<u32>,
+    pub generated_token_ids: Vec<u32>,
+    /// Everything the model wrote (up to a stop string), thinking included.
+    pub raw_text: String,
+    /// The `<think>…</think>` block, if the model wrote one.
+    pub thinking: Option<String>,
+    /// The reply with any thinking block removed.
+    pub text: String,
+    pub stats: CallStats,
+    pub stop_reason: StopReason,
+}
+
+/// Weights, tokenizer, template and the prefix cache that successive calls share.
+pub struct ChatModel {
+    generator: Generator,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    stop_token_ids: Vec<u32>,
+}
+
+impl ChatModel {
+    pub fn load(spec: &ModelSpec, opts: &ChatModelOptions) -> Result<Self> {
+        let model = Model::load(spec, &opts.devices, opts.dtype)?;
+        let (tokenizer, template) = match spec {
+            ModelSpec::Path(path) if path.is_dir() => load_hf_text(path, opts)?,
+            ModelSpec::Path(path) => load_gguf_text(path, opts)?,
+            ModelSpec::Random { preset, .. } => {
+                let path = opts.tokenizer.as_deref().ok_or_else(|| EngineError::BadConfig {
+                    source_name: format!("random-init {preset}"),
+                    detail: "a random-init model has no tokenizer: pass --tokenizer tokenizer.json (its directory's tokenizer_config.json supplies the chat template)".into(),
+                })?;
+                let tokenizer = Tokenizer::from_file(path)?;
+                let config = path.with_file_name("tokenizer_config.json");
+                (tokenizer, ChatTemplate::from_tokenizer_config(config)?)
+            }
+        };
+        let stop_token_ids = tokenizer.eos_token_ids().to_vec();
+        Ok(Self {
+            generator: Generator::with_prefix_cache_bytes(model, opts.prefix_cache_bytes),
+            tokenizer,
+            template,
+            stop_token_ids,
+        })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn model(&self) -> &Model {
+        self.generator.model()
+    }
+
+    pub fn generator_mut(&mut self) -> &mut Generator {
+        &mut self.generator
+    }
+
+    /// The prompt text the template makes of `messages`, ending with the assistant header.
+    pub fn render(&self, messages: &[ChatMessage], enable_thinking: Option<bool>) -> Result<String> {
+        let options = TemplateOptions {
+            add_generation_prompt: true,
+            enable_thinking,
+        };
+        Ok(self.template.render(messages, &options)?)
+    }
+
+    /// Token ids of a templated prompt. Special tokens written by the template (`<|im_start|>`)
+    /// map to their ids; BOS is added only when the tokenizer asks for it and the template did
+    /// not already write it.
+    pub fn encode_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let mut ids = self.tokenizer.encode(prompt, true)?;
+        if self.tokenizer.add_bos() {
+            if let Some((bos, _)) = self.tokenizer.bos_token() {
+                if ids.first() != Some(&bos) {
+                    ids.insert(0, bos);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Greedy reply to `messages`.
+    pub fn chat(&mut self, messages: &[ChatMessage], opts: &ChatOptions) -> Result<ChatOutput> {
+        self.chat_masked(messages, opts, None)
+    }
+
+    /// [`ChatModel::chat`] with a logits mask (structured decoding).
+    pub fn chat_masked(
+        &mut self,
+        messages: &[ChatMessage],
+        opts: &ChatOptions,
+        mask: Option<&mut dyn LogitsMask>,
+    ) -> Result<ChatOutput> {
+        let prompt = self.render(messages, opts.enable_thinking)?;
+        let prompt_token_ids = self.encode_prompt(&prompt)?;
+        let generate_options = GenerateOptions {
+            max_new_tokens: opts.max_new_tokens,
+            stop_token_ids: self.stop_token_ids.clone(),
+            truncate_prompt: opts.truncate_prompt,
+            use_prefix_cache: opts.use_prefix_cache,
+        };
+        let stops = StopStrings::new(opts.stop_strings.iter().cloned());
+        // Decoding happens inside the stop hook, one token at a time, so the text is only built
+        // once; a decode error there ends generation and is reported afterwards.
+        let mut stream = TextStream::new(true);
+        let mut stream_error = None;
+        let tokenizer = &self.tokenizer;
+        let output = self.generator.generate_masked(
+            &prompt_token_ids,
+            &generate_options,
+            mask,
+            |generated: &[u32]| {
+                if stops.is_empty() {
+                    return false;
+                }
+                let Some(&last) = generated.last() else {
+                    return false;
+                };
+                match stream.push(tokenizer, last) {
+                    Ok(_) => matches!(stops.check(stream.text()), StopMatch::Found { .. }),
+                    Err(err) => {
+                        stream_error = Some(err);
+                        true
+                    }
+                }
+            },
+        )?;
+        if let Some(err) = stream_error {
+            return Err(err.into());
+        }
+        let mut raw_text = self.tokenizer.decode(&output.tokens, true)?;
+        if let StopMatch::Found { at, .. } = stops.check(&raw_text) {
+            raw_text.truncate(at);
+        }
+        let (thinking, text) = strip_thinking(&raw_text);
+        Ok(ChatOutput {
+            prompt,
+            prompt_token_ids,
+            generated_token_ids: output.tokens,
+            raw_text,
+            thinking,
+            text,
+            stats: output.stats,
+            stop_reason: output.stop_reason,
+        })
+    }
+}
+
+fn load_gguf_text(path: &Path, opts: &ChatModelOptions) -> Result<(Tokenizer, ChatTemplate)> {
+    let content = read_gguf(path)?;
+    let tokenizer = match &opts.tokenizer {
+        Some(file) => Tokenizer::from_file(file)?,
+        None => Tokenizer::from_gguf(&content)?,
+    };
+    Ok((tokenizer, ChatTemplate::from_gguf(&content)?))
+}
+
+fn load_hf_text(dir: &Path, opts: &ChatModelOptions) -> Result<(Tokenizer, ChatTemplate)> {
+    let tokenizer_file = opts
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| dir.join("tokenizer.json"));
+    let tokenizer = Tokenizer::from_file(&tokenizer_file)?;
+    let template = ChatTemplate::from_tokenizer_config(dir.join("tokenizer_config.json"))?;
+    Ok((tokenizer, template))
+}
