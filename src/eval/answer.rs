@@ -3,11 +3,10 @@
 //!
 //! Normalisation follows the SQuAD evaluation script (lowercase, drop ASCII punctuation and the
 //! articles a/an/the, collapse whitespace; identical output on text without numbers), with one
-//! addition: a whitespace-separated token that
-//! reads as a decimal number is rewritten to a canonical form first, so `35156.0` = `35156`,
-//! `1,234` = `1234`, `$0.50` = `.5`. Without it SQuAD's punctuation stripping would turn `3.5` into
-//! `35` and `1,234.0` into `12340`, and LLM answers routinely print numbers in a different format
-//! from the gold answer.
+//! addition: a whitespace-separated token that reads as a decimal number is rewritten to a
+//! canonical form first, so `35156.0` = `35156`, `1,234` = `1234`, `$0.50` = `.5`. Without it
+//! SQuAD's punctuation stripping would turn `3.5` into `35` and `1,234.0` into `12340`, and LLM
+//! answers routinely print numbers in a different format from the gold answer.
 
 use std::sync::LazyLock;
 
