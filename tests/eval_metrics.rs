@@ -110,8 +110,9 @@ fn aggregate_ratios_of_means() {
         // Gold seen, final answer from another table: R@all 1, R@final 0, GR@final 0, F1 0.
         seek(&["x", "gold"], &["gold", "y"], "y", "none"),
     ];
-    let (per_query, agg) = evaluate(&outcomes).unwrap();
-    assert_eq!(per_query.len(), 4);
+    let run = evaluate(&outcomes).unwrap();
+    assert_eq!(run.per_query.len(), 4);
+    let agg = run.aggregate;
     assert_eq!(agg.queries, 4);
     assert!((agg.r_at_1 - 0.25).abs() < 1e-12 && (agg.r_at_3 - 0.5).abs() < 1e-12);
     assert!(approx(agg.r_all, 0.5) && approx(agg.r_final, 0.25));
@@ -129,7 +130,9 @@ fn aggregate_ratios_of_means() {
 
 #[test]
 fn ds_and_eff_are_undefined_when_their_denominator_is_zero() {
-    let (_, agg) = evaluate(&[seek(&["x"], &["x"], "x", "35156")]).unwrap();
+    let agg = evaluate(&[seek(&["x"], &["x"], "x", "35156")])
+        .unwrap()
+        .aggregate;
     assert_eq!(agg.gr_at_1, Some(0.0));
     assert_eq!(
         (agg.ds_at_1, agg.ds_all, agg.ds_final, agg.eff),
@@ -160,7 +163,7 @@ fn verification_accuracy_by_label() {
         claim(Some(Refuted), 0),
         claim(Some(Refuted), 0),
     ];
-    let (_, agg) = evaluate(&outcomes).unwrap();
+    let agg = evaluate(&outcomes).unwrap().aggregate;
     assert!(approx(agg.acc, 3.0 / 5.0));
     assert!(approx(agg.acc_sup, 1.0 / 3.0));
     assert!(approx(agg.acc_ref, 1.0));

@@ -151,3 +151,52 @@ fn bootstrap_p_value_tracks_the_evidence() {
     assert!((r.p_value - null.t_test.p_value).abs() < 0.05, "{r:?}");
     assert!(r.ci_low < 0.0 && r.ci_high > 0.0);
 }
+
+mod sign_flip_enumeration {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// p-value by listing all 2^n sign assignments of the non-zero differences, with average
+    /// ranks computed the slow, obvious way.
+    fn brute_force_p(d: &[f64]) -> f64 {
+        let nonzero: Vec<f64> = d.iter().copied().filter(|&x| x != 0.0).collect();
+        let rank = |x: f64| {
+            let less = nonzero.iter().filter(|y| y.abs() < x.abs()).count() as f64;
+            let equal = nonzero.iter().filter(|y| y.abs() == x.abs()).count() as f64;
+            less + (equal + 1.0) / 2.0
+        };
+        let ranks: Vec<f64> = nonzero.iter().map(|&x| rank(x)).collect();
+        let observed: f64 = nonzero
+            .iter()
+            .zip(&ranks)
+            .filter(|(x, _)| **x > 0.0)
+            .map(|(_, r)| r)
+            .sum();
+        let outcomes = 1usize << ranks.len();
+        let (mut at_most, mut at_least) = (0usize, 0usize);
+        for signs in 0..outcomes {
+            let t: f64 = (0..ranks.len())
+                .filter(|i| signs >> i & 1 == 1)
+                .map(|i| ranks[i])
+                .sum();
+            at_most += usize::from(t <= observed);
+            at_least += usize::from(t >= observed);
+        }
+        (2.0 * at_most.min(at_least) as f64 / outcomes as f64).min(1.0)
+    }
+
+    proptest! {
+        // Small integer-valued differences: plenty of ties and zeros, n within scipy's exact and
+        // permutation range (<= 13 pairs).
+        #[test]
+        fn exact_paths_equal_brute_force(d in prop::collection::vec(-4i32..=4, 1..=13)) {
+            let a: Vec<f64> = d.iter().map(|&x| f64::from(x)).collect();
+            let b = vec![0.0; a.len()];
+            let r = wilcoxon_signed_rank(&a, &b).unwrap();
+            prop_assume!(r.n_nonzero > 0);
+            prop_assert_ne!(r.method, WilcoxonMethod::Normal);
+            let want = brute_force_p(&a);
+            prop_assert!((r.p_value - want).abs() < 1e-12, "{} vs {}", r.p_value, want);
+        }
+    }
+}

@@ -2,27 +2,34 @@
 //! numbers compared by value format rather than spelling.
 //!
 //! Normalisation follows the SQuAD evaluation script (lowercase, drop ASCII punctuation and the
-//! articles a/an/the, collapse whitespace), with one addition: a whitespace-separated token that
-//! reads as a decimal number is rewritten to a canonical form first, so `35156.0` = `35156`,
-//! `1,234` = `1234`, `$0.50` = `.5`. Without it SQuAD's punctuation stripping would turn `3.5` into
-//! `35` and `1,234.0` into `12340`, and LLM answers routinely print numbers in a different format
-//! from the gold answer.
+//! articles a/an/the, collapse whitespace; identical output on text without numbers), with one
+//! addition: a whitespace-separated token that reads as a decimal number is rewritten to a
+//! canonical form first, so `35156.0` = `35156`, `1,234` = `1234`, `$0.50` = `.5`. Without it
+//! SQuAD's punctuation stripping would turn `3.5` into `35` and `1,234.0` into `12340`, and LLM
+//! answers routinely print numbers in a different format from the gold answer.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 /// Normalised tokens of an answer.
 pub fn normalize_answer(text: &str) -> Vec<String> {
-    text.to_lowercase()
-        .split_whitespace()
-        .filter_map(|raw| {
-            if let Some(number) = canonical_number(raw) {
-                return Some(number);
-            }
-            let word: String = raw.chars().filter(|c| !c.is_ascii_punctuation()).collect();
-            match word.as_str() {
-                "" | "a" | "an" | "the" => None,
-                _ => Some(word),
-            }
-        })
-        .collect()
+    // SQuAD removes articles with `\b(a|an|the)\b`, so "the" goes even when glued to non-ASCII
+    // punctuation ("the—end" -> "—end"), and the space it leaves splits the token.
+    static ARTICLE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"\b(?:a|an|the)\b").unwrap_or_else(|e| unreachable!("constant pattern: {e}"))
+    });
+    let mut tokens = Vec::new();
+    for raw in text.to_lowercase().split_whitespace() {
+        if let Some(number) = canonical_number(raw) {
+            tokens.push(number);
+            continue;
+        }
+        let word: String = raw.chars().filter(|c| !c.is_ascii_punctuation()).collect();
+        let word = ARTICLE.replace_all(&word, " ");
+        tokens.extend(word.split_whitespace().map(str::to_owned));
+    }
+    tokens
 }
 
 /// `[+-]digits[.digits]` with optional thousands commas (`1,234,567`), possibly wrapped in other
@@ -146,6 +153,7 @@ mod tests {
         );
         assert_eq!(normalize_answer("don't stop"), ["dont", "stop"]);
         assert!(normalize_answer(" the . a ").is_empty());
+        assert_eq!(normalize_answer("the—end theory"), ["—end", "theory"]);
     }
 
     #[test]

@@ -332,15 +332,25 @@ impl Aggregate {
     }
 }
 
-/// Scores every query and aggregates: per-query metrics in input order, and their means.
-pub fn evaluate(outcomes: &[QueryOutcome]) -> Result<(Vec<QueryMetrics>, Aggregate), MetricsError> {
+/// Per-query metrics in input order, and their means.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evaluation {
+    pub per_query: Vec<QueryMetrics>,
+    pub aggregate: Aggregate,
+}
+
+/// Scores every query and aggregates.
+pub fn evaluate(outcomes: &[QueryOutcome]) -> Result<Evaluation, MetricsError> {
     let per_query = outcomes
         .iter()
         .enumerate()
         .map(|(index, outcome)| outcome.metrics(index))
         .collect::<Result<Vec<_>, _>>()?;
     let aggregate = Aggregate::from_metrics(&per_query)?;
-    Ok((per_query, aggregate))
+    Ok(Evaluation {
+        per_query,
+        aggregate,
+    })
 }
 
 /// How much a score moves across table formats (CSV, Markdown, HTML, Mixed).

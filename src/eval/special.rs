@@ -3,8 +3,9 @@
 //!
 //! Written out here rather than pulling in `statrs` (and its `nalgebra` tree) for three functions;
 //! the algorithms are the textbook ones (Lanczos' log-gamma, Lentz's continued fractions, as in
-//! Numerical Recipes §6.1–6.4) and reach about 1e-14 relative accuracy in the range we use, which the
-//! tests check against scipy.
+//! Numerical Recipes §6.1–6.4). Checked against scipy on a grid: two-sided p-values agree to 1e-12
+//! for df up to 1,000 and to 1e-9 at df = 100,000 (log-gamma cancellation), normal tails to 1e-14
+//! relative out to z = 12.
 
 /// Continued fractions stop when a step changes the value by less than this (relative).
 const EPS: f64 = 1e-15;

@@ -46,6 +46,8 @@ pub const ENGLISH_STOPWORDS: [&str; 33] = [
 pub enum Bm25Error {
     #[error("cannot index an empty corpus")]
     EmptyCorpus,
+    #[error("{0} documents exceed the index's u32 document ids")]
+    TooManyDocuments(usize),
     #[error("no document in the corpus has a single token, so the average length is zero")]
     NoTokens,
     #[error("BM25 parameter {name} = {value} is out of range ({expected})")]
@@ -137,12 +139,15 @@ impl Bm25Builder {
         Ok(())
     }
 
-    /// Tokenizes every document (in parallel) and builds the inverted index. Document `i` of the
-    /// slice is hit `doc == i` in search results.
+    /// Tokenizes every document (in parallel) and builds the inverted index. Search hits name
+    /// documents by their index in `documents`.
     pub fn build<S: AsRef<str> + Sync>(self, documents: &[S]) -> Result<Bm25Index, Bm25Error> {
         self.validate()?;
         if documents.is_empty() {
             return Err(Bm25Error::EmptyCorpus);
+        }
+        if u32::try_from(documents.len()).is_err() {
+            return Err(Bm25Error::TooManyDocuments(documents.len()));
         }
         let stopwords = self.english_stopwords;
         let tokenized: Vec<Vec<String>> = documents
