@@ -310,3 +310,41 @@ fn invalid_configs_are_rejected_before_any_call() {
         Err(AgentError::InvalidConfig(_))
     ));
 }
+
+#[test]
+fn names_parse_as_cli_arguments() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Args {
+        #[arg(long, default_value = "5s1")]
+        strategy: Strategy,
+        #[arg(long, default_value = "small")]
+        evidence: Evidence,
+        #[arg(long, default_value = "none")]
+        history: History,
+        #[arg(long, default_value = "tableqa")]
+        task: TaskType,
+    }
+    let args = Args::try_parse_from([
+        "x",
+        "--strategy",
+        "r10",
+        "--evidence",
+        "big",
+        "--history",
+        "full",
+        "--task",
+        "fact_verification",
+    ])
+    .unwrap();
+    assert_eq!(args.strategy, Strategy::Rerank { n: 10 });
+    assert_eq!(args.evidence, Evidence::Big);
+    assert_eq!(args.history, History::Full);
+    assert_eq!(args.task, TaskType::FactVerification);
+    let defaults = Args::try_parse_from(["x"]).unwrap();
+    assert_eq!(defaults.strategy, Strategy::Select { n: 5, m: 1 });
+    let err = Args::try_parse_from(["x", "--strategy", "5s9"])
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("1 <= m <= n"), "{err}");
+}

@@ -157,6 +157,12 @@ impl<L: Llm + ?Sized> Llm for &mut L {
     }
 }
 
+impl<L: Llm + ?Sized> Llm for Box<L> {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+        (**self).chat(request)
+    }
+}
+
 /// One entry of a ranking: a table index of the search space and its pattern score.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RankedTable {

@@ -65,6 +65,14 @@ impl Agent {
             ranking: Vec::new(),
         };
         run.execute()?;
+        let t = &run.trajectory;
+        debug!(
+            steps = t.steps,
+            rounds = t.rounds.len(),
+            tables_seen = t.tables_seen.len(),
+            verdict = ?t.verdict,
+            "query done"
+        );
         Ok(run.trajectory)
     }
 }
