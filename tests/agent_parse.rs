@@ -284,11 +284,20 @@ fn baseline_qa_prompts_offer_no_way_out() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let seek_qa = render(prompts::qa(TaskType::Tableqa, "q?", &tables));
+    let seek = |task| {
+        prompts::Prompts::new(&prompts::PromptOptions {
+            task,
+            strategy: Default::default(),
+            refine: true,
+            allow_select: true,
+            allow_regenerate: true,
+        })
+    };
+    let seek_qa = render(seek(TaskType::Tableqa).qa("q?", &tables));
     let base_qa = render(prompts::baseline_qa(TaskType::Tableqa, "q?", &tables));
     assert!(seek_qa.contains("INSUFFICIENT"));
     assert!(!base_qa.contains("INSUFFICIENT"));
-    let seek_fv = render(prompts::qa(TaskType::FactVerification, "c", &tables));
+    let seek_fv = render(seek(TaskType::FactVerification).qa("c", &tables));
     let base_fv = render(prompts::baseline_qa(
         TaskType::FactVerification,
         "c",
@@ -299,7 +308,10 @@ fn baseline_qa_prompts_offer_no_way_out() {
     assert!(base_fv.contains("counts as refuted"));
     // Same prefix layout as the agent's prompts: system, then the task prefix.
     let base = prompts::baseline_qa(TaskType::FactVerification, "c", &tables);
-    assert_eq!(base[0].content, prompts::system(TaskType::FactVerification));
+    assert_eq!(
+        base[0].content,
+        prompts::baseline_system(TaskType::FactVerification)
+    );
     assert!(base[1].content.starts_with("Claim: c\n\n"));
 }
 

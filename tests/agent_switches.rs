@@ -35,7 +35,7 @@ fn every_select_strategy_shows_n_and_keeps_at_most_m() {
         }
         assert_eq!(shown_sections(&llm.requests()[2]), m, "{strategy}");
         assert_eq!(t.tables_seen.len(), m, "{strategy}");
-        let refine = user_text(&llm.requests()[1]);
+        let refine = prompt_text(&llm.requests()[1]);
         if m > 1 {
             assert!(refine.contains(&format!("at most {m}")), "{strategy}");
         }
@@ -56,7 +56,7 @@ fn every_rerank_strategy_sends_the_models_top_table_forward() {
             &[PATTERNS_FR, order, "Answer: 1"],
         );
         assert_eq!(shown_sections(&llm.requests()[1]), n.min(6), "{strategy}");
-        assert!(user_text(&llm.requests()[1]).contains("\"rerank\""));
+        assert!(prompt_text(&llm.requests()[1]).contains("\"rerank\""));
         assert_eq!(t.calls[1].kind, StepKind::RefineRerank, "{strategy}");
         match &t.calls[1].action {
             // T9 is beyond every N here and is dropped; the full valid order is kept.
@@ -126,7 +126,7 @@ fn no_regenerate_selects_from_the_first_pool_only() {
         QUERY,
         &[PATTERNS_FR, &regenerate(&["Seine"]), "Answer: 1"],
     );
-    let refine = user_text(&llm.requests()[1]);
+    let refine = prompt_text(&llm.requests()[1]);
     assert!(!refine.contains("regenerate"));
     assert!(refine.contains("\"select\""));
     assert_eq!(
@@ -156,7 +156,7 @@ fn no_select_regenerates_until_the_budget_then_reads_the_top1() {
             "Answer: 777",
         ],
     );
-    assert!(!user_text(&llm.requests()[1]).contains("\"select\""));
+    assert!(!prompt_text(&llm.requests()[1]).contains("\"select\""));
     assert_eq!(
         kinds(&t),
         [

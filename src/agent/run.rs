@@ -18,7 +18,7 @@ use std::time::Instant;
 use tracing::{debug, warn};
 
 use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
-use super::prompts::{self, RefineOptions, ShownTable};
+use super::prompts::{self, PromptOptions, Prompts, ShownTable};
 use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
@@ -31,6 +31,7 @@ use super::{
 #[derive(Debug, Clone)]
 pub struct Agent {
     config: AgentConfig,
+    prompts: Prompts,
 }
 
 impl Agent {
@@ -38,11 +39,25 @@ impl Agent {
     /// surprise mid-run.
     pub fn new(config: AgentConfig) -> Result<Self, AgentError> {
         config.validate()?;
-        Ok(Self { config })
+        let ablations = config.ablations;
+        let prompts = Prompts::new(&PromptOptions {
+            task: config.task,
+            strategy: config.strategy,
+            refine: !ablations.no_refine,
+            allow_select: !ablations.no_select,
+            allow_regenerate: !ablations.no_regenerate,
+        });
+        Ok(Self { config, prompts })
     }
 
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// The system message of every call this agent makes; an engine may prefill its prefix cache
+    /// with it once for the whole run.
+    pub fn system_prompt(&self) -> &str {
+        self.prompts.system()
     }
 
     /// Answers one query. On a backend failure the error carries the partial trajectory.
@@ -57,6 +72,7 @@ impl Agent {
         }
         let mut run = QueryRun {
             config: &self.config,
+            prompts: &self.prompts,
             llm,
             space,
             query,
@@ -80,6 +96,7 @@ impl Agent {
 /// The state of one query.
 struct QueryRun<'a, L: ?Sized, S: ?Sized> {
     config: &'a AgentConfig,
+    prompts: &'a Prompts,
     llm: &'a mut L,
     space: &'a S,
     query: &'a str,
@@ -186,7 +203,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     }
 
     fn generate_patterns(&mut self) -> Result<(), AgentError> {
-        let messages = prompts::pattern_generation(self.config.task, self.query);
+        let messages = self.prompts.pattern_generation(self.query);
         let response = self.call(CallKind::PatternGen, messages)?;
         let (patterns, from_query) = match parse::parse_patterns(&response.text) {
             Some(patterns) => (patterns, false),
@@ -232,12 +249,6 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     fn refine(&mut self) -> Result<RefineEnd, AgentError> {
         let ablations = self.config.ablations;
         let strategy = self.config.strategy;
-        let options = RefineOptions {
-            task: self.config.task,
-            strategy,
-            allow_select: !ablations.no_select,
-            allow_regenerate: !ablations.no_regenerate,
-        };
         let cap = match strategy {
             Strategy::Select { m, .. } => m,
             Strategy::Rerank { n } => n,
@@ -268,13 +279,13 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 })
                 .collect();
             let messages = match self.config.history {
-                History::None => prompts::refine(&options, self.query, &self.patterns, &previews),
+                History::None => self.prompts.refine(self.query, &self.patterns, &previews),
                 History::Full => {
                     if conversation.is_empty() {
-                        conversation =
-                            prompts::refine(&options, self.query, &self.patterns, &previews);
+                        conversation = self.prompts.refine(self.query, &self.patterns, &previews);
                     } else {
-                        conversation.push(prompts::refine_followup(&self.patterns, &previews));
+                        let turn = self.prompts.refine_followup(&self.patterns, &previews);
+                        conversation.push(turn);
                     }
                     conversation.clone()
                 }
@@ -355,7 +366,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 score: None,
             })
             .collect();
-        let messages = prompts::qa(self.config.task, self.query, &shown);
+        let messages = self.prompts.qa(self.query, &shown);
         let response = self.call(kind, messages)?;
         let outcome = parse::parse_qa(&response.text, self.config.task, QaVariant::TableSeek);
         let table_ids: Vec<String> = tables
