@@ -546,7 +546,7 @@ fn an_empty_query_is_rejected() {
         .unwrap()
         .run(&mut llm, &space, "  ")
         .unwrap_err();
-    assert!(matches!(err, AgentError::InvalidConfig(_)));
+    assert!(matches!(err, AgentError::EmptyQuery));
     assert!(llm.requests().is_empty());
 }
 

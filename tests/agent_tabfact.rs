@@ -36,7 +36,9 @@ struct Claim {
 }
 
 fn csv_text(header: &[String], rows: &[Vec<String>]) -> String {
-    let mut writer = csv::WriterBuilder::new().flexible(true).from_writer(Vec::new());
+    let mut writer = csv::WriterBuilder::new()
+        .flexible(true)
+        .from_writer(Vec::new());
     writer.write_record(header).unwrap();
     for row in rows {
         writer.write_record(row).unwrap();

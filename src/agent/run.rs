@@ -68,7 +68,7 @@ impl Agent {
         query: &str,
     ) -> Result<Trajectory, AgentError> {
         if query.trim().is_empty() {
-            return Err(AgentError::InvalidConfig("the query is empty".to_string()));
+            return Err(AgentError::EmptyQuery);
         }
         let mut run = QueryRun {
             config: &self.config,
