@@ -348,3 +348,32 @@ fn names_parse_as_cli_arguments() {
         .unwrap();
     assert!(err.to_string().contains("1 <= m <= n"), "{err}");
 }
+
+#[test]
+fn fallback_after_a_rerank_follows_the_models_order() {
+    let order = r#"{"action": "rerank", "order": ["T2", "T0"]}"#;
+    let config = AgentConfig::builder()
+        .strategy(Strategy::Rerank { n: 3 })
+        .max_steps(10)
+        .build()
+        .unwrap();
+    let (t, _) = run(
+        config,
+        QUERY,
+        &[
+            PATTERNS_FR,
+            order,
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: 2148000",
+        ],
+    );
+    // Reranked head T2, T0, then the unlisted T1, then the rest of the grep ranking.
+    let seen: Vec<&str> = t.tables_seen.iter().map(|s| s.table_id.as_str()).collect();
+    assert_eq!(seen, [IDS[5], IDS[0], IDS[1], IDS[2], IDS[3]]);
+    assert_eq!(t.answer, "2148000");
+    // The round keeps what was shown, in grep order.
+    assert_eq!(t.rounds[0].candidates[0].table_id, IDS[0]);
+}

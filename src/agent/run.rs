@@ -316,6 +316,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                         .collect();
                     let (kind, action, tables) = if strategy.is_rerank() {
                         let top = vec![shown[positions[0]].table];
+                        self.apply_rerank(&positions);
                         let action = Action::Rerank {
                             shown_ids,
                             table_ids,
@@ -346,6 +347,19 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 }
             }
         }
+    }
+
+    /// The model's order replaces the shown head of the ranking (unlisted shown candidates follow
+    /// in their old order), so fallback QA walks the reranked list, as a reranker's output would be.
+    fn apply_rerank(&mut self, positions: &[usize]) {
+        let shown = self.config.strategy.candidates().min(self.ranking.len());
+        let mut head: Vec<RankedTable> = positions.iter().map(|&p| self.ranking[p]).collect();
+        head.extend(
+            (0..shown)
+                .filter(|p| !positions.contains(p))
+                .map(|p| self.ranking[p]),
+        );
+        self.ranking.splice(..shown, head);
     }
 
     /// One QA call over `tables`; updates the answer, the final table and the tables seen.
