@@ -73,6 +73,11 @@ fn invented_ids_are_dropped_and_selections_capped() {
         parse_refine(r#"{"action": "select", "tables": ["T5", "foo"]}"#, 5, 1).decision,
         RefineDecision::None(NoneReason::InvalidIds)
     );
+    // An object wrapped in a list.
+    assert_eq!(
+        choose(r#"[{"action": "select", "tables": ["T3"]}]"#, 5, 1),
+        Some(vec![3])
+    );
     // A single id instead of a list.
     assert_eq!(
         choose(r#"{"action": "select", "tables": "T4"}"#, 5, 1),

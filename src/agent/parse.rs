@@ -205,10 +205,16 @@ pub struct ParsedRefine {
 /// not ids at all are ignored, and at most `cap` are kept.
 pub fn parse_refine(text: &str, shown: usize, cap: usize) -> ParsedRefine {
     let stripped = strip_thinking(text);
-    let decision = json_values(&stripped)
+    let values = json_values(&stripped);
+    // Objects, also those a model wrapped in a list (`[{"action": ...}]`), last first.
+    let decision = values
         .iter()
         .rev()
-        .filter_map(|value| value.as_object())
+        .flat_map(|value| match value {
+            Value::Array(items) => items.iter().rev().collect(),
+            other => vec![other],
+        })
+        .filter_map(Value::as_object)
         .find_map(|map| refine_from_object(map, shown, cap));
     match decision {
         Some(decision) => ParsedRefine {
