@@ -180,6 +180,19 @@ fn qa_answers_and_insufficiency() {
     assert_eq!(qa("**Answer:** \"Berlin\"").answer, "Berlin");
     assert_eq!(qa(r#"{"answer": ["Paris", "Rome"]}"#).answer, "Paris, Rome");
     assert_eq!(qa("Final answer: 42").answer, "42");
+    assert_eq!(qa("Looking at row 3, the answer is: Rome").answer, "Rome");
+    assert_eq!(
+        qa("Answer:\n\n  Madrid\nExplanation: row 3").answer,
+        "Madrid"
+    );
+    assert_eq!(
+        qa("Answer: 1\nNote: the answer could differ\nAnswer: 2").answer,
+        "2"
+    );
+    assert_eq!(
+        qa("Explanation: Berlin is bigger.\nAnswer: Berlin").answer,
+        "Berlin"
+    );
     let bare = qa("Just 42");
     assert_eq!((bare.answer.as_str(), bare.parsed), ("Just 42", false));
     for insufficient in [
