@@ -9,9 +9,18 @@
 //! y <- qa(q, K); for T in R \ seen while y unsatisfactory and steps < S_max: y <- qa(q, {T})
 //! ```
 //!
-//! Choices where the spec is silent: an unusable pattern-generation output falls back to the
-//! query's content words (recorded as `from_query`); a ranking with no tables ends the query with
-//! no QA call and no answer rather than an error, so a batch run keeps going.
+//! Choices where the spec is silent:
+//! - an unusable pattern-generation output falls back to the query's content words (recorded as
+//!   `from_query`), so the query still gets a ranking;
+//! - a rerank (`rN`) reorders the shown head of the ranking, so fallback QA follows the model's
+//!   order; the round record keeps the grep order that was shown;
+//! - QA over several selected tables reports the first as `final_table`;
+//! - under `match_only_qa`, QA reads `SearchSpace::preview(.., match_only = true)` at the run's
+//!   evidence size;
+//! - a fact claim that no table could verify is answered `refuted` (the verdict stays
+//!   `unverifiable`), as the paper's baselines count it;
+//! - a ranking with no tables ends the query with no QA call and no answer rather than an error,
+//!   so a batch run keeps going.
 
 use std::time::Instant;
 
