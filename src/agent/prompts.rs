@@ -119,10 +119,10 @@ at most {m}: {{\"action\": \"select\", \"tables\": [\"T1\", \"T3\"]}}"
         };
     }
     if options.allow_regenerate {
-        let lead = if options.allow_select {
-            "- otherwise"
-        } else {
-            "-"
+        let lead = match (options.allow_select, options.strategy) {
+            (false, _) => "-",
+            (true, Strategy::Rerank { .. }) => "- or, if no candidate fits,",
+            (true, Strategy::Select { .. }) => "- otherwise",
         };
         let _ = writeln!(
             text,
