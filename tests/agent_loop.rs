@@ -546,7 +546,7 @@ fn an_empty_query_is_rejected() {
         .unwrap()
         .run(&mut llm, &space, "  ")
         .unwrap_err();
-    assert!(matches!(err, AgentError::InvalidConfig(_)));
+    assert!(matches!(err, AgentError::EmptyQuery));
     assert!(llm.requests().is_empty());
 }
 
@@ -569,7 +569,7 @@ fn fact_verification_falls_back_on_cannot_verify_and_reports_refuted_at_the_end(
         ],
     );
     assert!(user_text(&llm.requests()[0]).starts_with(&format!("Claim: {claim}")));
-    assert!(user_text(&llm.requests()[2]).contains("CANNOT VERIFY"));
+    assert!(prompt_text(&llm.requests()[2]).contains("CANNOT VERIFY"));
     assert_eq!(t.steps, 5);
     assert_eq!(t.verdict, Some(Verdict::Unverifiable));
     assert_eq!(t.answer, "refuted");
@@ -587,4 +587,35 @@ fn fact_verification_falls_back_on_cannot_verify_and_reports_refuted_at_the_end(
     assert_eq!(t.verdict, Some(Verdict::Supported));
     assert_eq!(t.answer, "supported");
     assert_eq!(t.tables_seen.len(), 2);
+}
+
+#[test]
+fn the_system_message_is_shared_across_queries_and_holds_the_instructions() {
+    let agent = Agent::new(config()).unwrap();
+    let space = corpus();
+    let mut llm = ScriptedLlm::new([
+        PATTERNS_FR,
+        &select(&["T0"]) as &str,
+        "Answer: 1",
+        r#"["Seine"]"#,
+        &select(&["T0"]),
+        "Answer: 777",
+    ]);
+    agent.run(&mut llm, &space, QUERY).unwrap();
+    let second = agent
+        .run(&mut llm, &space, "How long is the Seine?")
+        .unwrap();
+    for request in llm.requests() {
+        assert_eq!(request.messages[0].content, agent.system_prompt());
+    }
+    // The next query's first call reuses the whole system message from the previous query.
+    let system_tokens = agent.system_prompt().split_whitespace().count();
+    assert!(second.calls[0].cached_tokens > system_tokens);
+    // Fixed instructions live in the system message, not in the per-call text.
+    let system = agent.system_prompt();
+    assert!(system.contains("\"regenerate\"") && system.contains("INSUFFICIENT"));
+    assert!(!user_text(&llm.requests()[1]).contains("\"regenerate\""));
+
+    let no_refine = Agent::new(AgentConfig::builder().no_refine(true).build().unwrap()).unwrap();
+    assert!(!no_refine.system_prompt().contains("inspect the candidates"));
 }

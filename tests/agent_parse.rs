@@ -73,6 +73,11 @@ fn invented_ids_are_dropped_and_selections_capped() {
         parse_refine(r#"{"action": "select", "tables": ["T5", "foo"]}"#, 5, 1).decision,
         RefineDecision::None(NoneReason::InvalidIds)
     );
+    // An object wrapped in a list.
+    assert_eq!(
+        choose(r#"[{"action": "select", "tables": ["T3"]}]"#, 5, 1),
+        Some(vec![3])
+    );
     // A single id instead of a list.
     assert_eq!(
         choose(r#"{"action": "select", "tables": "T4"}"#, 5, 1),
@@ -175,6 +180,19 @@ fn qa_answers_and_insufficiency() {
     assert_eq!(qa("**Answer:** \"Berlin\"").answer, "Berlin");
     assert_eq!(qa(r#"{"answer": ["Paris", "Rome"]}"#).answer, "Paris, Rome");
     assert_eq!(qa("Final answer: 42").answer, "42");
+    assert_eq!(qa("Looking at row 3, the answer is: Rome").answer, "Rome");
+    assert_eq!(
+        qa("Answer:\n\n  Madrid\nExplanation: row 3").answer,
+        "Madrid"
+    );
+    assert_eq!(
+        qa("Answer: 1\nNote: the answer could differ\nAnswer: 2").answer,
+        "2"
+    );
+    assert_eq!(
+        qa("Explanation: Berlin is bigger.\nAnswer: Berlin").answer,
+        "Berlin"
+    );
     let bare = qa("Just 42");
     assert_eq!((bare.answer.as_str(), bare.parsed), ("Just 42", false));
     for insufficient in [
@@ -284,11 +302,20 @@ fn baseline_qa_prompts_offer_no_way_out() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let seek_qa = render(prompts::qa(TaskType::Tableqa, "q?", &tables));
+    let seek = |task| {
+        prompts::Prompts::new(&prompts::PromptOptions {
+            task,
+            strategy: Default::default(),
+            refine: true,
+            allow_select: true,
+            allow_regenerate: true,
+        })
+    };
+    let seek_qa = render(seek(TaskType::Tableqa).qa("q?", &tables));
     let base_qa = render(prompts::baseline_qa(TaskType::Tableqa, "q?", &tables));
     assert!(seek_qa.contains("INSUFFICIENT"));
     assert!(!base_qa.contains("INSUFFICIENT"));
-    let seek_fv = render(prompts::qa(TaskType::FactVerification, "c", &tables));
+    let seek_fv = render(seek(TaskType::FactVerification).qa("c", &tables));
     let base_fv = render(prompts::baseline_qa(
         TaskType::FactVerification,
         "c",
@@ -299,7 +326,10 @@ fn baseline_qa_prompts_offer_no_way_out() {
     assert!(base_fv.contains("counts as refuted"));
     // Same prefix layout as the agent's prompts: system, then the task prefix.
     let base = prompts::baseline_qa(TaskType::FactVerification, "c", &tables);
-    assert_eq!(base[0].content, prompts::system(TaskType::FactVerification));
+    assert_eq!(
+        base[0].content,
+        prompts::baseline_system(TaskType::FactVerification)
+    );
     assert!(base[1].content.starts_with("Claim: c\n\n"));
 }
 

@@ -35,7 +35,7 @@ fn every_select_strategy_shows_n_and_keeps_at_most_m() {
         }
         assert_eq!(shown_sections(&llm.requests()[2]), m, "{strategy}");
         assert_eq!(t.tables_seen.len(), m, "{strategy}");
-        let refine = user_text(&llm.requests()[1]);
+        let refine = prompt_text(&llm.requests()[1]);
         if m > 1 {
             assert!(refine.contains(&format!("at most {m}")), "{strategy}");
         }
@@ -56,7 +56,7 @@ fn every_rerank_strategy_sends_the_models_top_table_forward() {
             &[PATTERNS_FR, order, "Answer: 1"],
         );
         assert_eq!(shown_sections(&llm.requests()[1]), n.min(6), "{strategy}");
-        assert!(user_text(&llm.requests()[1]).contains("\"rerank\""));
+        assert!(prompt_text(&llm.requests()[1]).contains("\"rerank\""));
         assert_eq!(t.calls[1].kind, StepKind::RefineRerank, "{strategy}");
         match &t.calls[1].action {
             // T9 is beyond every N here and is dropped; the full valid order is kept.
@@ -126,7 +126,7 @@ fn no_regenerate_selects_from_the_first_pool_only() {
         QUERY,
         &[PATTERNS_FR, &regenerate(&["Seine"]), "Answer: 1"],
     );
-    let refine = user_text(&llm.requests()[1]);
+    let refine = prompt_text(&llm.requests()[1]);
     assert!(!refine.contains("regenerate"));
     assert!(refine.contains("\"select\""));
     assert_eq!(
@@ -156,7 +156,7 @@ fn no_select_regenerates_until_the_budget_then_reads_the_top1() {
             "Answer: 777",
         ],
     );
-    assert!(!user_text(&llm.requests()[1]).contains("\"select\""));
+    assert!(!prompt_text(&llm.requests()[1]).contains("\"select\""));
     assert_eq!(
         kinds(&t),
         [
@@ -309,4 +309,71 @@ fn invalid_configs_are_rejected_before_any_call() {
         Agent::new(config),
         Err(AgentError::InvalidConfig(_))
     ));
+}
+
+#[test]
+fn names_parse_as_cli_arguments() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Args {
+        #[arg(long, default_value = "5s1")]
+        strategy: Strategy,
+        #[arg(long, default_value = "small")]
+        evidence: Evidence,
+        #[arg(long, default_value = "none")]
+        history: History,
+        #[arg(long, default_value = "tableqa")]
+        task: TaskType,
+    }
+    let args = Args::try_parse_from([
+        "x",
+        "--strategy",
+        "r10",
+        "--evidence",
+        "big",
+        "--history",
+        "full",
+        "--task",
+        "fact_verification",
+    ])
+    .unwrap();
+    assert_eq!(args.strategy, Strategy::Rerank { n: 10 });
+    assert_eq!(args.evidence, Evidence::Big);
+    assert_eq!(args.history, History::Full);
+    assert_eq!(args.task, TaskType::FactVerification);
+    let defaults = Args::try_parse_from(["x"]).unwrap();
+    assert_eq!(defaults.strategy, Strategy::Select { n: 5, m: 1 });
+    let err = Args::try_parse_from(["x", "--strategy", "5s9"])
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("1 <= m <= n"), "{err}");
+}
+
+#[test]
+fn fallback_after_a_rerank_follows_the_models_order() {
+    let order = r#"{"action": "rerank", "order": ["T2", "T0"]}"#;
+    let config = AgentConfig::builder()
+        .strategy(Strategy::Rerank { n: 3 })
+        .max_steps(10)
+        .build()
+        .unwrap();
+    let (t, _) = run(
+        config,
+        QUERY,
+        &[
+            PATTERNS_FR,
+            order,
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: INSUFFICIENT",
+            "Answer: 2148000",
+        ],
+    );
+    // Reranked head T2, T0, then the unlisted T1, then the rest of the grep ranking.
+    let seen: Vec<&str> = t.tables_seen.iter().map(|s| s.table_id.as_str()).collect();
+    assert_eq!(seen, [IDS[5], IDS[0], IDS[1], IDS[2], IDS[3]]);
+    assert_eq!(t.answer, "2148000");
+    // The round keeps what was shown, in grep order.
+    assert_eq!(t.rounds[0].candidates[0].table_id, IDS[0]);
 }

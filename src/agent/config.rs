@@ -229,6 +229,15 @@ pub enum History {
     Full,
 }
 
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            History::None => "none",
+            History::Full => "full",
+        })
+    }
+}
+
 impl FromStr for History {
     type Err = AgentError;
 

@@ -60,6 +60,9 @@ pub enum AgentError {
     /// A configuration value is out of range or two switches contradict each other.
     #[error("invalid agent configuration: {0}")]
     InvalidConfig(String),
+    /// The query text is empty or blank.
+    #[error("the query is empty")]
+    EmptyQuery,
     /// A strategy or evidence name could not be read.
     #[error("cannot parse {what} from {input:?}: {expected}")]
     BadName {
@@ -152,6 +155,12 @@ pub trait Llm {
 }
 
 impl<L: Llm + ?Sized> Llm for &mut L {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+        (**self).chat(request)
+    }
+}
+
+impl<L: Llm + ?Sized> Llm for Box<L> {
     fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
         (**self).chat(request)
     }

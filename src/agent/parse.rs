@@ -6,6 +6,9 @@
 //! repair pass if needed) and uses the last span of the expected shape, because models that echo
 //! the format example before answering put the answer last.
 
+use std::sync::OnceLock;
+
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -205,10 +208,16 @@ pub struct ParsedRefine {
 /// not ids at all are ignored, and at most `cap` are kept.
 pub fn parse_refine(text: &str, shown: usize, cap: usize) -> ParsedRefine {
     let stripped = strip_thinking(text);
-    let decision = json_values(&stripped)
+    let values = json_values(&stripped);
+    // Objects, also those a model wrapped in a list (`[{"action": ...}]`), last first.
+    let decision = values
         .iter()
         .rev()
-        .filter_map(|value| value.as_object())
+        .flat_map(|value| match value {
+            Value::Array(items) => items.iter().rev().collect(),
+            other => vec![other],
+        })
+        .filter_map(Value::as_object)
         .find_map(|map| refine_from_object(map, shown, cap));
     match decision {
         Some(decision) => ParsedRefine {
@@ -434,30 +443,50 @@ pub fn fact_answer(verdict: Verdict) -> &'static str {
     }
 }
 
+/// `Answer: x`, `**Final answer:** x`, `The answer is: x`, `Verdict: x`, anywhere in a line.
+fn answer_line() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)(?:^|[\s*#>_-])(?:final\s+)?(?:answer|verdict|label)(?:\s+is)?\s*\**\s*[:：]\s*(.*)$")
+            .expect("constant regex")
+    })
+}
+
+/// The requested `Answer:` line (the last one; its value may sit on the next line), else a JSON
+/// `answer` / `label` / `verdict` field.
 fn explicit_answer(text: &str) -> Option<String> {
-    let from_json = json_values(text).iter().rev().find_map(|value| {
-        let map = value.as_object()?;
-        let field = ["answer", "label", "verdict", "final_answer"]
-            .iter()
-            .find_map(|k| map.get(*k))?;
-        Some(match field {
-            Value::String(s) => s.clone(),
-            Value::Array(items) => items
+    let lines: Vec<&str> = text.lines().collect();
+    let from_line = lines.iter().enumerate().rev().find_map(|(i, line)| {
+        let value = answer_line().captures(line)?.get(1)?.as_str();
+        let value = value.trim().trim_matches('*').trim();
+        if !value.is_empty() {
+            return Some(value.to_string());
+        }
+        Some(
+            lines[i + 1..]
                 .iter()
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                .collect::<Vec<_>>()
-                .join(", "),
-            Value::Null => String::new(),
-            other => other.to_string(),
-        })
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+                .unwrap_or("")
+                .to_string(),
+        )
     });
-    from_json.or_else(|| {
-        text.lines().rev().find_map(|line| {
-            let line = line.trim().trim_start_matches(['*', '#', '-', ' ']);
-            let (key, value) = line.split_once(':')?;
-            let key = key.trim().trim_matches('*').trim().to_ascii_lowercase();
-            let key = key.strip_prefix("final ").unwrap_or(&key);
-            matches!(key, "answer" | "verdict" | "label").then(|| value.to_string())
+    from_line.or_else(|| {
+        json_values(text).iter().rev().find_map(|value| {
+            let map = value.as_object()?;
+            let field = ["answer", "label", "verdict", "final_answer"]
+                .iter()
+                .find_map(|k| map.get(*k))?;
+            Some(match field {
+                Value::String(s) => s.clone(),
+                Value::Array(items) => items
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
         })
     })
 }

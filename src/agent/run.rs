@@ -9,16 +9,25 @@
 //! y <- qa(q, K); for T in R \ seen while y unsatisfactory and steps < S_max: y <- qa(q, {T})
 //! ```
 //!
-//! Choices where the spec is silent: an unusable pattern-generation output falls back to the
-//! query's content words (recorded as `from_query`); a ranking with no tables ends the query with
-//! no QA call and no answer rather than an error, so a batch run keeps going.
+//! Choices where the spec is silent:
+//! - an unusable pattern-generation output falls back to the query's content words (recorded as
+//!   `from_query`), so the query still gets a ranking;
+//! - a rerank (`rN`) reorders the shown head of the ranking, so fallback QA follows the model's
+//!   order; the round record keeps the grep order that was shown;
+//! - QA over several selected tables reports the first as `final_table`;
+//! - under `match_only_qa`, QA reads `SearchSpace::preview(.., match_only = true)` at the run's
+//!   evidence size;
+//! - a fact claim that no table could verify is answered `refuted` (the verdict stays
+//!   `unverifiable`), as the paper's baselines count it;
+//! - a ranking with no tables ends the query with no QA call and no answer rather than an error,
+//!   so a batch run keeps going.
 
 use std::time::Instant;
 
 use tracing::{debug, warn};
 
 use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
-use super::prompts::{self, RefineOptions, ShownTable};
+use super::prompts::{self, PromptOptions, Prompts, ShownTable};
 use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
@@ -31,6 +40,7 @@ use super::{
 #[derive(Debug, Clone)]
 pub struct Agent {
     config: AgentConfig,
+    prompts: Prompts,
 }
 
 impl Agent {
@@ -38,11 +48,25 @@ impl Agent {
     /// surprise mid-run.
     pub fn new(config: AgentConfig) -> Result<Self, AgentError> {
         config.validate()?;
-        Ok(Self { config })
+        let ablations = config.ablations;
+        let prompts = Prompts::new(&PromptOptions {
+            task: config.task,
+            strategy: config.strategy,
+            refine: !ablations.no_refine,
+            allow_select: !ablations.no_select,
+            allow_regenerate: !ablations.no_regenerate,
+        });
+        Ok(Self { config, prompts })
     }
 
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// The system message of every call this agent makes; an engine may prefill its prefix cache
+    /// with it once for the whole run.
+    pub fn system_prompt(&self) -> &str {
+        self.prompts.system()
     }
 
     /// Answers one query. On a backend failure the error carries the partial trajectory.
@@ -53,10 +77,11 @@ impl Agent {
         query: &str,
     ) -> Result<Trajectory, AgentError> {
         if query.trim().is_empty() {
-            return Err(AgentError::InvalidConfig("the query is empty".to_string()));
+            return Err(AgentError::EmptyQuery);
         }
         let mut run = QueryRun {
             config: &self.config,
+            prompts: &self.prompts,
             llm,
             space,
             query,
@@ -65,6 +90,14 @@ impl Agent {
             ranking: Vec::new(),
         };
         run.execute()?;
+        let t = &run.trajectory;
+        debug!(
+            steps = t.steps,
+            rounds = t.rounds.len(),
+            tables_seen = t.tables_seen.len(),
+            verdict = ?t.verdict,
+            "query done"
+        );
         Ok(run.trajectory)
     }
 }
@@ -72,6 +105,7 @@ impl Agent {
 /// The state of one query.
 struct QueryRun<'a, L: ?Sized, S: ?Sized> {
     config: &'a AgentConfig,
+    prompts: &'a Prompts,
     llm: &'a mut L,
     space: &'a S,
     query: &'a str,
@@ -178,7 +212,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     }
 
     fn generate_patterns(&mut self) -> Result<(), AgentError> {
-        let messages = prompts::pattern_generation(self.config.task, self.query);
+        let messages = self.prompts.pattern_generation(self.query);
         let response = self.call(CallKind::PatternGen, messages)?;
         let (patterns, from_query) = match parse::parse_patterns(&response.text) {
             Some(patterns) => (patterns, false),
@@ -224,12 +258,6 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     fn refine(&mut self) -> Result<RefineEnd, AgentError> {
         let ablations = self.config.ablations;
         let strategy = self.config.strategy;
-        let options = RefineOptions {
-            task: self.config.task,
-            strategy,
-            allow_select: !ablations.no_select,
-            allow_regenerate: !ablations.no_regenerate,
-        };
         let cap = match strategy {
             Strategy::Select { m, .. } => m,
             Strategy::Rerank { n } => n,
@@ -260,13 +288,13 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 })
                 .collect();
             let messages = match self.config.history {
-                History::None => prompts::refine(&options, self.query, &self.patterns, &previews),
+                History::None => self.prompts.refine(self.query, &self.patterns, &previews),
                 History::Full => {
                     if conversation.is_empty() {
-                        conversation =
-                            prompts::refine(&options, self.query, &self.patterns, &previews);
+                        conversation = self.prompts.refine(self.query, &self.patterns, &previews);
                     } else {
-                        conversation.push(prompts::refine_followup(&self.patterns, &previews));
+                        let turn = self.prompts.refine_followup(&self.patterns, &previews);
+                        conversation.push(turn);
                     }
                     conversation.clone()
                 }
@@ -297,6 +325,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                         .collect();
                     let (kind, action, tables) = if strategy.is_rerank() {
                         let top = vec![shown[positions[0]].table];
+                        self.apply_rerank(&positions);
                         let action = Action::Rerank {
                             shown_ids,
                             table_ids,
@@ -329,6 +358,19 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         }
     }
 
+    /// The model's order replaces the shown head of the ranking (unlisted shown candidates follow
+    /// in their old order), so fallback QA walks the reranked list, as a reranker's output would be.
+    fn apply_rerank(&mut self, positions: &[usize]) {
+        let shown = self.config.strategy.candidates().min(self.ranking.len());
+        let mut head: Vec<RankedTable> = positions.iter().map(|&p| self.ranking[p]).collect();
+        head.extend(
+            (0..shown)
+                .filter(|p| !positions.contains(p))
+                .map(|p| self.ranking[p]),
+        );
+        self.ranking.splice(..shown, head);
+    }
+
     /// One QA call over `tables`; updates the answer, the final table and the tables seen.
     fn answer(&mut self, kind: CallKind, tables: &[usize]) -> Result<Verdict, AgentError> {
         let match_only_qa = self.config.ablations.match_only_qa;
@@ -347,7 +389,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 score: None,
             })
             .collect();
-        let messages = prompts::qa(self.config.task, self.query, &shown);
+        let messages = self.prompts.qa(self.query, &shown);
         let response = self.call(kind, messages)?;
         let outcome = parse::parse_qa(&response.text, self.config.task, QaVariant::TableSeek);
         let table_ids: Vec<String> = tables

@@ -85,6 +85,11 @@ pub fn kinds(trajectory: &Trajectory) -> Vec<StepKind> {
     trajectory.calls.iter().map(|c| c.kind).collect()
 }
 
+/// The whole rendered request, system message included.
+pub fn prompt_text(request: &LlmRequest) -> String {
+    render_chat(&request.messages)
+}
+
 /// How many candidate / table sections a prompt shows.
 pub fn shown_sections(request: &LlmRequest) -> usize {
     user_text(request).matches("\n### T").count()
