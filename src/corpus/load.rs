@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
 use super::{delimited, html, json, markdown};
-use super::{Corpus, CorpusError, Location, Parsed, SourceFormat, Table, TableMeta};
+use super::{Corpus, CorpusError, Pending, SourceFormat, Table, TableMeta};
 
 /// A load shows a progress bar only once it has run this long, so quick loads stay silent.
 const PROGRESS_DELAY: Duration = Duration::from_secs(1);
@@ -106,7 +106,7 @@ fn file_kind(path: &Path) -> Option<FileKind> {
 
 #[derive(Default)]
 struct FileOutcome {
-    tables: Vec<Table>,
+    tables: Vec<(Pending, Option<String>)>,
     skipped: Vec<Skipped>,
     warnings: Vec<String>,
     empty_tables: usize,
@@ -156,7 +156,7 @@ impl Corpus {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "corpus loaded"
         );
-        Ok((Corpus::from_tables(tables), report))
+        Ok((Corpus::from_loaded(tables), report))
     }
 }
 
@@ -228,34 +228,21 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
     let Some(kind) = file_kind(path) else {
         return outcome;
     };
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.len() > opts.max_file_bytes => {
-            skip(
-                &mut outcome,
-                format!(
-                    "file is {} bytes, over the {}-byte limit",
-                    meta.len(),
-                    opts.max_file_bytes
-                ),
-            );
-            return outcome;
-        }
-        Ok(_) => {}
-        Err(err) => {
-            skip(&mut outcome, err.to_string());
-            return outcome;
-        }
-    }
-    let bytes = match std::fs::read(path) {
+    let bytes = match read_limited(path, opts.max_file_bytes) {
         Ok(bytes) => bytes,
-        Err(err) => {
-            skip(&mut outcome, err.to_string());
+        Err(reason) => {
+            skip(&mut outcome, reason);
             return outcome;
         }
     };
     outcome.bytes = bytes.len() as u64;
     let text = decode(bytes, path, &mut outcome.warnings);
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let rel = relative_id(root, path);
+    let meta = || TableMeta {
+        path: path.to_path_buf(),
+        ..TableMeta::default()
+    };
 
     let (format, parsed) = match kind {
         FileKind::Delimited | FileKind::Tsv => {
@@ -264,17 +251,19 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             } else {
                 delimited::sniff(text)
             };
-            let parsed = delimited::parse(text, format).unwrap_or_else(|err| match err {
-                CorpusError::Malformed { at, reason } => Parsed {
-                    tables: Vec::new(),
-                    problems: vec![(at, reason)],
-                },
-                other => Parsed {
-                    tables: Vec::new(),
-                    problems: vec![(Location::Unknown, other.to_string())],
-                },
-            });
-            (format, parsed)
+            match delimited::canonical(text, format) {
+                Ok(canonical) if canonical.has_data => outcome.tables.push((
+                    Pending::Csv {
+                        id: rel,
+                        source_format: format,
+                        meta: meta(),
+                    },
+                    Some(canonical.text),
+                )),
+                Ok(_) => outcome.empty_tables += 1,
+                Err(err) => skip(&mut outcome, err.to_string()),
+            }
+            return outcome;
         }
         FileKind::Markdown => (SourceFormat::Markdown, markdown::parse(text)),
         FileKind::Html => (SourceFormat::Html, html::parse(text)),
@@ -285,7 +274,6 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
         skip(&mut outcome, format!("{at}{reason}"));
     }
 
-    let rel = relative_id(root, path);
     let several = parsed.tables.len() > 1;
     let mut seen_ids = HashSet::new();
     for (i, table) in parsed.tables.into_iter().enumerate() {
@@ -307,19 +295,41 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             outcome.empty_tables += 1;
             continue;
         }
-        outcome.tables.push(Table {
+        let table = Table {
             id,
             source_format: format,
             header: table.header,
             rows: table.rows,
             meta: TableMeta {
-                path: path.to_path_buf(),
                 caption: table.caption,
                 title: table.title,
+                ..meta()
             },
-        });
+        };
+        outcome.tables.push((Pending::Table(table), None));
     }
     outcome
+}
+
+/// The file's bytes, unless it is larger than `limit`; one open and one `fstat` per file.
+fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|err| err.to_string())?;
+    let len = file.metadata().map_err(|err| err.to_string())?.len();
+    if len > limit {
+        return Err(format!("file is {len} bytes, over the {limit}-byte limit"));
+    }
+    let mut bytes = Vec::with_capacity(len as usize + 1);
+    // `take` guards against a file that grows while we read it.
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| err.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "file grew past the {limit}-byte limit while being read"
+        ));
+    }
+    Ok(bytes)
 }
 
 fn decode(bytes: Vec<u8>, path: &Path, warnings: &mut Vec<String>) -> String {
