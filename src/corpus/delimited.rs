@@ -11,12 +11,8 @@ const SNIFF_LINES: usize = 32;
 
 /// Guesses CSV, TSV or TabFact from the first lines of a delimiter-separated file.
 pub(crate) fn sniff(text: &str) -> SourceFormat {
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .take(SNIFF_LINES)
-        .collect();
-    let Some(first) = lines.first() else {
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty());
+    let Some(first) = lines.next() else {
         return SourceFormat::Csv;
     };
     let has = |c: char| first.contains(c);
@@ -26,17 +22,22 @@ pub(crate) fn sniff(text: &str) -> SourceFormat {
     if has('\t') && !has(',') {
         return SourceFormat::Tsv;
     }
-    if has('#') {
-        // A header with both: trust the separator whose field count is the same on every line.
-        let consistent = |sep: char| {
-            let n = first.matches(sep).count();
-            n > 0 && lines.iter().all(|line| line.matches(sep).count() == n)
-        };
-        if consistent('#') && !consistent(',') {
-            return SourceFormat::Tabfact;
-        }
+    if !has('#') {
+        return SourceFormat::Csv;
     }
-    SourceFormat::Csv
+    // A header with both `#` and `,`: trust the separator whose count is the same on every line.
+    let sample: Vec<&str> = std::iter::once(first)
+        .chain(lines.take(SNIFF_LINES - 1))
+        .collect();
+    let consistent = |sep: char| {
+        let n = first.matches(sep).count();
+        n > 0 && sample.iter().all(|line| line.matches(sep).count() == n)
+    };
+    if consistent('#') && !consistent(',') {
+        SourceFormat::Tabfact
+    } else {
+        SourceFormat::Csv
+    }
 }
 
 /// Parses one table; the first line is the header. Rows may be ragged; blank lines are skipped.

@@ -154,18 +154,18 @@ impl Corpus {
 
     /// A loaded corpus: CSV-like tables come with their canonical CSV text, the rest parsed.
     pub(crate) fn from_loaded(items: Vec<(Pending, Option<String>)>) -> Corpus {
-        let (texts, formats): (Vec<String>, Vec<TextFormat>) = items
+        let (pending, texts): (Vec<Pending>, Vec<Option<String>>) = items.into_iter().unzip();
+        let (texts, formats): (Vec<String>, Vec<TextFormat>) = pending
             .par_iter()
-            .map(|(pending, text)| match (pending, text) {
-                (Pending::Csv { .. }, Some(text)) => (text.clone(), TextFormat::Csv),
-                (Pending::Csv { .. }, None) => (String::new(), TextFormat::Csv),
-                (Pending::Table(table), _) => {
+            .zip(texts)
+            .map(|(pending, text)| match pending {
+                Pending::Csv { .. } => (text.unwrap_or_default(), TextFormat::Csv),
+                Pending::Table(table) => {
                     let format = table.source_format.text_format();
                     (serialize(table, format), format)
                 }
             })
             .unzip();
-        let pending: Vec<Pending> = items.into_iter().map(|(pending, _)| pending).collect();
         let ids = pending
             .iter()
             .map(|p| match p {
