@@ -70,6 +70,14 @@ pub(crate) struct CanonicalCsv {
 /// files spends most of its load time allocating one `String` per cell, so the cells are parsed again
 /// from this text only when someone asks for the table.
 pub(crate) fn canonical(text: &str, format: SourceFormat) -> Result<CanonicalCsv, CorpusError> {
+    let delimiter = match format {
+        SourceFormat::Tabfact => b'#',
+        SourceFormat::Tsv => b'\t',
+        _ => b',',
+    };
+    if let Some(plain) = canonical_plain(text, delimiter) {
+        return Ok(plain);
+    }
     let mut sink = Canonical {
         out: CanonicalCsv {
             text: String::with_capacity(text.len() + text.len() / 8),
@@ -81,6 +89,50 @@ pub(crate) fn canonical(text: &str, format: SourceFormat) -> Result<CanonicalCsv
     };
     scan(text, format, &mut sink)?;
     Ok(sink.out)
+}
+
+/// The common case, a text in which no field needs quoting (no `"`, and no `,` unless it is the
+/// delimiter): its canonical CSV is its non-empty lines with LF endings and the delimiter made a comma.
+/// `None` when the full scanner is needed.
+fn canonical_plain(text: &str, delimiter: u8) -> Option<CanonicalCsv> {
+    let bytes = text.as_bytes();
+    if memchr::memchr(b'"', bytes).is_some()
+        || (delimiter != b',' && memchr::memchr(b',', bytes).is_some())
+    {
+        return None;
+    }
+    // A lone CR ends a record too; leave that rarity to the scanner.
+    if memchr::memchr_iter(b'\r', bytes).any(|pos| bytes.get(pos + 1) != Some(&b'\n')) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + 1);
+    let mut has_data = false;
+    let mut header = true;
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        if !header && !has_data {
+            has_data = line
+                .split(char::from(delimiter))
+                .any(|cell| !cell.trim().is_empty());
+        }
+        header = false;
+        if delimiter == b',' {
+            out.push_str(line);
+        } else {
+            out.extend(
+                line.chars()
+                    .map(|c| if c == char::from(delimiter) { ',' } else { c }),
+            );
+        }
+        out.push('\n');
+    }
+    Some(CanonicalCsv {
+        text: out,
+        has_data,
+    })
 }
 
 /// Receives the fields of a delimited text in order.
@@ -262,6 +314,29 @@ mod tests {
         let mut grid = Grid::default();
         scan_delimited(text, delimiter, quoting, &mut grid)?;
         Ok(grid.rows)
+    }
+
+    #[test]
+    fn plain_fast_path_equals_the_scanner() {
+        for (text, delimiter) in [
+            ("a,b\r\n1, \r\n\r\n,\r\nx", b','),
+            ("h#i\n1# 2\n\n", b'#'),
+            ("h\ti\r\n \t\r\n", b'\t'),
+        ] {
+            let plain = canonical_plain(text, delimiter).expect("plain text");
+            let mut sink = Canonical {
+                out: CanonicalCsv::default(),
+                records: 0,
+                fields: 0,
+                last_empty: false,
+            };
+            scan_delimited(text, delimiter, delimiter == b',', &mut sink).unwrap();
+            assert_eq!(plain.text, sink.out.text, "{text:?}");
+            assert_eq!(plain.has_data, sink.out.has_data, "{text:?}");
+        }
+        assert!(canonical_plain("a,\"b\"", b',').is_none());
+        assert!(canonical_plain("a#b,c", b'#').is_none());
+        assert!(canonical_plain("a\rb", b',').is_none());
     }
 
     #[test]
