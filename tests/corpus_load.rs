@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use tableseek::corpus::{Corpus, LoadOptions, LoadReport, SourceFormat};
+use tableseek::corpus::{
+    parse_text, serialize, Corpus, LoadOptions, LoadReport, SourceFormat, TextFormat,
+};
 
 fn write(dir: &Path, name: &str, contents: impl AsRef<[u8]>) {
     let path = dir.join(name);
@@ -291,12 +293,61 @@ fn tabfact_tables_all_load() {
     assert_eq!(corpus.len(), 1695);
     assert!(report.skipped.is_empty(), "{:?}", report.skipped);
     assert_eq!(report.empty_tables, 0);
-    // Every table re-parses from its own serialization to the same grid.
-    for (i, table) in corpus.tables().iter().enumerate().step_by(97) {
-        let back =
-            tableseek::corpus::parse_text(corpus.text(i), tableseek::corpus::TextFormat::Csv)
-                .unwrap();
-        assert_eq!(back[0].header, table.header, "{}", table.id);
-        assert_eq!(back[0].rows, table.rows, "{}", table.id);
+    // Tables parsed lazily from the searchable text equal a direct parse of each file, and the text
+    // is their CSV serialization.
+    for (i, table) in corpus.tables().iter().enumerate() {
+        let raw = std::fs::read_to_string(&table.meta.path).unwrap();
+        let direct = parse_text(&raw, TextFormat::Csv).unwrap().remove(0);
+        assert_eq!(table.header, direct.header, "{}", table.id);
+        assert_eq!(table.rows, direct.rows, "{}", table.id);
+        assert_eq!(
+            corpus.text(i),
+            serialize(table, TextFormat::Csv),
+            "{}",
+            table.id
+        );
+    }
+}
+
+#[test]
+fn lazily_parsed_tables_equal_a_direct_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "crlf.csv",
+            "a,b\r\n\"x,\"\"y\"\"\",2\r\n\r\n\"\"\r\nragged,row,more\r\n",
+            SourceFormat::Csv,
+        ),
+        ("hash.html.csv", "a#b\n1,5#\"q\n", SourceFormat::Tabfact),
+        ("tabs.tsv", "a\tb\n\"1\t2,3\n", SourceFormat::Tsv),
+    ];
+    for (name, text, _) in files {
+        write(dir.path(), name, text);
+    }
+    let (corpus, report) = load(dir.path());
+    assert!(report.skipped.is_empty());
+    for (name, text, format) in files {
+        let i = corpus.index_of(name).unwrap();
+        assert_eq!(corpus.id(i), name);
+        let t = corpus.table(i);
+        assert_eq!(t.source_format, format);
+        assert!(t.meta.path.ends_with(name));
+        let (header, rows) = match format {
+            SourceFormat::Csv => {
+                let direct = parse_text(text, TextFormat::Csv).unwrap().remove(0);
+                (direct.header, direct.rows)
+            }
+            SourceFormat::Tabfact => (
+                vec!["a".to_string(), "b".to_string()],
+                vec![vec!["1,5".to_string(), "\"q".to_string()]],
+            ),
+            _ => (
+                vec!["a".to_string(), "b".to_string()],
+                vec![vec!["\"1".to_string(), "2,3".to_string()]],
+            ),
+        };
+        assert_eq!(t.header, header, "{name}");
+        assert_eq!(t.rows, rows, "{name}");
+        assert_eq!(corpus.text(i), serialize(t, TextFormat::Csv), "{name}");
     }
 }

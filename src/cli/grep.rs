@@ -69,7 +69,7 @@ pub fn run(args: GrepArgs) -> anyhow::Result<()> {
         .enumerate()
         .map(|(i, hit)| Result {
             rank: i + 1,
-            table_id: &corpus.table(hit.table).id,
+            table_id: corpus.id(hit.table),
             score: hit.score,
             matched_patterns: hit
                 .matched

@@ -11,12 +11,8 @@ const SNIFF_LINES: usize = 32;
 
 /// Guesses CSV, TSV or TabFact from the first lines of a delimiter-separated file.
 pub(crate) fn sniff(text: &str) -> SourceFormat {
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .take(SNIFF_LINES)
-        .collect();
-    let Some(first) = lines.first() else {
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty());
+    let Some(first) = lines.next() else {
         return SourceFormat::Csv;
     };
     let has = |c: char| first.contains(c);
@@ -26,43 +22,198 @@ pub(crate) fn sniff(text: &str) -> SourceFormat {
     if has('\t') && !has(',') {
         return SourceFormat::Tsv;
     }
-    if has('#') {
-        // A header with both: trust the separator whose field count is the same on every line.
-        let consistent = |sep: char| {
-            let n = first.matches(sep).count();
-            n > 0 && lines.iter().all(|line| line.matches(sep).count() == n)
-        };
-        if consistent('#') && !consistent(',') {
-            return SourceFormat::Tabfact;
-        }
+    if !has('#') {
+        return SourceFormat::Csv;
     }
-    SourceFormat::Csv
+    // A header with both `#` and `,`: trust the separator whose count is the same on every line.
+    let sample: Vec<&str> = std::iter::once(first)
+        .chain(lines.take(SNIFF_LINES - 1))
+        .collect();
+    let consistent = |sep: char| {
+        let n = first.matches(sep).count();
+        n > 0 && sample.iter().all(|line| line.matches(sep).count() == n)
+    };
+    if consistent('#') && !consistent(',') {
+        SourceFormat::Tabfact
+    } else {
+        SourceFormat::Csv
+    }
 }
 
 /// Parses one table; the first line is the header. Rows may be ragged; blank lines are skipped.
 pub(crate) fn parse(text: &str, format: SourceFormat) -> Result<Parsed, CorpusError> {
-    let mut grid = match format {
-        SourceFormat::Tabfact => split_lines(text, '#'),
-        SourceFormat::Tsv => read_csv(text, b'\t', false)?,
-        _ => read_csv(text, b',', true)?,
-    };
-    let header = if grid.is_empty() {
+    let mut grid = Grid::default();
+    scan(text, format, &mut grid)?;
+    let mut rows = grid.rows;
+    let header = if rows.is_empty() {
         Vec::new()
     } else {
-        grid.remove(0)
+        rows.remove(0)
     };
     Ok(Parsed::tables(vec![ParsedTable {
         header,
-        rows: grid,
+        rows,
         ..ParsedTable::default()
     }]))
 }
 
-fn split_lines(text: &str, separator: char) -> Vec<Vec<String>> {
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| line.split(separator).map(str::to_owned).collect())
-        .collect()
+/// A delimited file rewritten as canonical CSV (exactly what [`super::serialize`] makes of the parsed
+/// table), without building the table itself.
+#[derive(Debug, Default)]
+pub(crate) struct CanonicalCsv {
+    pub text: String,
+    /// Whether a row below the header has a non-blank cell; tables without one are empty.
+    pub has_data: bool,
+}
+
+/// The loader's fast path: the grep stage needs only the text, and a corpus of thousands of small
+/// files spends most of its load time allocating one `String` per cell, so the cells are parsed again
+/// from this text only when someone asks for the table.
+pub(crate) fn canonical(text: &str, format: SourceFormat) -> Result<CanonicalCsv, CorpusError> {
+    let delimiter = match format {
+        SourceFormat::Tabfact => b'#',
+        SourceFormat::Tsv => b'\t',
+        _ => b',',
+    };
+    if let Some(plain) = canonical_plain(text, delimiter) {
+        return Ok(plain);
+    }
+    let mut sink = Canonical {
+        out: CanonicalCsv {
+            text: String::with_capacity(text.len() + text.len() / 8),
+            has_data: false,
+        },
+        records: 0,
+        fields: 0,
+        last_empty: false,
+    };
+    scan(text, format, &mut sink)?;
+    Ok(sink.out)
+}
+
+/// The common case, a text in which no field needs quoting (no `"`, and no `,` unless it is the
+/// delimiter): its canonical CSV is its non-empty lines with LF endings and the delimiter made a comma.
+/// `None` when the full scanner is needed.
+fn canonical_plain(text: &str, delimiter: u8) -> Option<CanonicalCsv> {
+    let bytes = text.as_bytes();
+    if memchr::memchr(b'"', bytes).is_some()
+        || (delimiter != b',' && memchr::memchr(b',', bytes).is_some())
+    {
+        return None;
+    }
+    // A lone CR ends a record too; leave that rarity to the scanner.
+    if memchr::memchr_iter(b'\r', bytes).any(|pos| bytes.get(pos + 1) != Some(&b'\n')) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + 1);
+    let mut has_data = false;
+    let mut header = true;
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        if !header && !has_data {
+            has_data = line
+                .split(char::from(delimiter))
+                .any(|cell| !cell.trim().is_empty());
+        }
+        header = false;
+        if delimiter == b',' {
+            out.push_str(line);
+        } else {
+            out.extend(
+                line.chars()
+                    .map(|c| if c == char::from(delimiter) { ',' } else { c }),
+            );
+        }
+        out.push('\n');
+    }
+    Some(CanonicalCsv {
+        text: out,
+        has_data,
+    })
+}
+
+/// Receives the fields of a delimited text in order.
+trait Sink {
+    fn field(&mut self, value: &str);
+    fn end_record(&mut self);
+}
+
+#[derive(Default)]
+struct Grid {
+    rows: Vec<Vec<String>>,
+    row: Vec<String>,
+}
+
+impl Sink for Grid {
+    fn field(&mut self, value: &str) {
+        if self.row.capacity() == 0 {
+            // Rows are usually as wide as the one before.
+            let width = self.rows.last().map_or(8, Vec::len);
+            self.row.reserve(width);
+        }
+        self.row.push(value.to_owned());
+    }
+
+    fn end_record(&mut self) {
+        self.rows.push(std::mem::take(&mut self.row));
+    }
+}
+
+struct Canonical {
+    out: CanonicalCsv,
+    records: usize,
+    fields: usize,
+    last_empty: bool,
+}
+
+impl Sink for Canonical {
+    fn field(&mut self, value: &str) {
+        if self.fields > 0 {
+            self.out.text.push(',');
+        }
+        push_csv_field(&mut self.out.text, value);
+        self.fields += 1;
+        self.last_empty = value.is_empty();
+        if self.records > 0 && !value.trim().is_empty() {
+            self.out.has_data = true;
+        }
+    }
+
+    fn end_record(&mut self) {
+        if self.fields == 1 && self.last_empty {
+            self.out.text.push_str("\"\"");
+        }
+        self.out.text.push('\n');
+        self.records += 1;
+        self.fields = 0;
+    }
+}
+
+/// One CSV field, quoted only when it has to be (a delimiter, quote or line break inside).
+pub(crate) fn push_csv_field(out: &mut String, cell: &str) {
+    if cell.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        for (i, part) in cell.split('"').enumerate() {
+            if i > 0 {
+                out.push_str("\"\"");
+            }
+            out.push_str(part);
+        }
+        out.push('"');
+    } else {
+        out.push_str(cell);
+    }
+}
+
+fn scan(text: &str, format: SourceFormat, sink: &mut impl Sink) -> Result<(), CorpusError> {
+    match format {
+        SourceFormat::Tabfact => scan_delimited(text, b'#', false, sink),
+        SourceFormat::Tsv => scan_delimited(text, b'\t', false, sink),
+        _ => scan_delimited(text, b',', true, sink),
+    }
 }
 
 /// RFC 4180 reading, lenient the way spreadsheet exports need: CRLF, LF or CR line ends, ragged rows,
@@ -70,20 +221,26 @@ fn split_lines(text: &str, separator: char) -> Vec<Vec<String>> {
 /// a corpus is thousands of small files and `csv` builds its parser tables anew for each reader, which
 /// cost more than the parsing itself; and because an unterminated quote must be an error with its line,
 /// not a cell that silently swallows the rest of the file.
-fn read_csv(text: &str, delimiter: u8, quoting: bool) -> Result<Vec<Vec<String>>, CorpusError> {
+fn scan_delimited(
+    text: &str,
+    delimiter: u8,
+    quoting: bool,
+    sink: &mut impl Sink,
+) -> Result<(), CorpusError> {
     let bytes = text.as_bytes();
     let n = bytes.len();
-    let mut grid = Vec::new();
-    let mut row: Vec<String> = Vec::new();
+    let mut quoted = String::new();
+    let mut in_record = false;
     let mut i = 0;
     while i < n {
-        if row.is_empty() && matches!(bytes[i], b'\n' | b'\r') {
+        if !in_record && matches!(bytes[i], b'\n' | b'\r') {
             i += 1;
             continue;
         }
-        let field = if quoting && bytes[i] == b'"' {
+        in_record = true;
+        if quoting && bytes[i] == b'"' {
             let open = i;
-            let mut field = String::new();
+            quoted.clear();
             i += 1;
             loop {
                 let Some(found) = memchr::memchr(b'"', &bytes[i..]) else {
@@ -94,9 +251,9 @@ fn read_csv(text: &str, delimiter: u8, quoting: bool) -> Result<Vec<Vec<String>>
                     ));
                 };
                 let close = i + found;
-                field.push_str(&text[i..close]);
+                quoted.push_str(&text[i..close]);
                 if bytes.get(close + 1) == Some(&b'"') {
-                    field.push('"');
+                    quoted.push('"');
                     i = close + 2;
                 } else {
                     i = close + 1;
@@ -104,20 +261,18 @@ fn read_csv(text: &str, delimiter: u8, quoting: bool) -> Result<Vec<Vec<String>>
                 }
             }
             let end = field_end(bytes, i, delimiter);
-            field.push_str(&text[i..end]);
+            quoted.push_str(&text[i..end]);
             i = end;
-            field
+            sink.field(&quoted);
         } else {
             let end = field_end(bytes, i, delimiter);
-            let field = text[i..end].to_owned();
+            sink.field(&text[i..end]);
             i = end;
-            field
-        };
-        row.push(field);
+        }
         if i < n && bytes[i] == delimiter {
             i += 1;
             if i == n {
-                row.push(String::new());
+                sink.field("");
             }
             continue;
         }
@@ -129,12 +284,13 @@ fn read_csv(text: &str, delimiter: u8, quoting: bool) -> Result<Vec<Vec<String>>
                 1
             };
         }
-        grid.push(std::mem::take(&mut row));
+        sink.end_record();
+        in_record = false;
     }
-    if !row.is_empty() {
-        grid.push(row);
+    if in_record {
+        sink.end_record();
     }
-    Ok(grid)
+    Ok(())
 }
 
 fn field_end(bytes: &[u8], from: usize, delimiter: u8) -> usize {
@@ -154,6 +310,63 @@ mod tests {
         assert_eq!(sniff("no,name\n#1,x\n#2,y\n"), SourceFormat::Csv);
     }
 
+    fn read_csv(text: &str, delimiter: u8, quoting: bool) -> Result<Vec<Vec<String>>, CorpusError> {
+        let mut grid = Grid::default();
+        scan_delimited(text, delimiter, quoting, &mut grid)?;
+        Ok(grid.rows)
+    }
+
+    #[test]
+    fn plain_fast_path_equals_the_scanner() {
+        for (text, delimiter) in [
+            ("a,b\r\n1, \r\n\r\n,\r\nx", b','),
+            ("h#i\n1# 2\n\n", b'#'),
+            ("h\ti\r\n \t\r\n", b'\t'),
+        ] {
+            let plain = canonical_plain(text, delimiter).expect("plain text");
+            let mut sink = Canonical {
+                out: CanonicalCsv::default(),
+                records: 0,
+                fields: 0,
+                last_empty: false,
+            };
+            scan_delimited(text, delimiter, delimiter == b',', &mut sink).unwrap();
+            assert_eq!(plain.text, sink.out.text, "{text:?}");
+            assert_eq!(plain.has_data, sink.out.has_data, "{text:?}");
+        }
+        assert!(canonical_plain("a,\"b\"", b',').is_none());
+        assert!(canonical_plain("a#b,c", b'#').is_none());
+        assert!(canonical_plain("a\rb", b',').is_none());
+    }
+
+    #[test]
+    fn canonical_text_is_the_serialization_of_the_parse() {
+        for (text, format) in [
+            (
+                "a,\"b,\"\"c\"\r\n\r\n\"\",x\n\"\"\n1,\"two\nlines\"",
+                SourceFormat::Csv,
+            ),
+            ("h#i\r\n1#a,b\r\n", SourceFormat::Tabfact),
+            ("h\ti\n\"q\t\n", SourceFormat::Tsv),
+        ] {
+            let parsed = parse(text, format).unwrap().tables.remove(0);
+            let table = super::super::Table {
+                id: String::new(),
+                source_format: format,
+                header: parsed.header,
+                rows: parsed.rows,
+                meta: Default::default(),
+            };
+            let canonical = canonical(text, format).unwrap();
+            assert_eq!(
+                canonical.text,
+                super::super::serialize(&table, super::super::TextFormat::Csv)
+            );
+            assert!(canonical.has_data);
+        }
+        assert!(!canonical("a,b\n , \n", SourceFormat::Csv).unwrap().has_data);
+    }
+
     fn grid(rows: &[&[&str]]) -> Vec<Vec<String>> {
         rows.iter()
             .map(|r| r.iter().map(|c| c.to_string()).collect())
@@ -162,12 +375,20 @@ mod tests {
 
     #[test]
     fn quoting_rules() {
-        let got = read_csv("a,\"b \"\"x\"\" c\"\r\n1,b\"c\n\n\"q\"tail,\"\",\n", b',', true).unwrap();
+        let got = read_csv(
+            "a,\"b \"\"x\"\" c\"\r\n1,b\"c\n\n\"q\"tail,\"\",\n",
+            b',',
+            true,
+        )
+        .unwrap();
         assert_eq!(
             got,
             grid(&[&["a", "b \"x\" c"], &["1", "b\"c"], &["qtail", "", ""]])
         );
-        assert_eq!(read_csv("a\rb", b',', true).unwrap(), grid(&[&["a"], &["b"]]));
+        assert_eq!(
+            read_csv("a\rb", b',', true).unwrap(),
+            grid(&[&["a"], &["b"]])
+        );
         assert_eq!(read_csv("a,", b',', true).unwrap(), grid(&[&["a", ""]]));
         let err = read_csv("a,b\n1,\"open\n2,3\n", b',', true).unwrap_err();
         assert!(err.to_string().starts_with("line 2: unterminated"), "{err}");

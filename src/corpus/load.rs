@@ -4,6 +4,8 @@
 //! parallel; results are collected in listing order, so the corpus is the same however the threads ran.
 //! Every problem becomes a [`Skipped`] entry and the load goes on.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +15,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
 use super::{delimited, html, json, markdown};
-use super::{Corpus, CorpusError, Location, Parsed, SourceFormat, Table, TableMeta};
+use super::{Corpus, CorpusError, Pending, SourceFormat, Table, TableMeta};
 
 /// A load shows a progress bar only once it has run this long, so quick loads stay silent.
 const PROGRESS_DELAY: Duration = Duration::from_secs(1);
@@ -23,7 +25,7 @@ const PROGRESS_DELAY: Duration = Duration::from_secs(1);
 pub struct LoadOptions {
     /// Show a progress bar on stderr (only when stderr is a terminal, and only after a second).
     pub progress: bool,
-    /// Files larger than this are skipped rather than read into memory.
+    /// Files larger than this are skipped rather than read into memory (default 256 MiB).
     pub max_file_bytes: u64,
     /// Follow symbolic links while walking.
     pub follow_links: bool,
@@ -33,7 +35,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             progress: false,
-            max_file_bytes: 1 << 30,
+            max_file_bytes: 256 << 20,
             follow_links: false,
         }
     }
@@ -106,7 +108,7 @@ fn file_kind(path: &Path) -> Option<FileKind> {
 
 #[derive(Default)]
 struct FileOutcome {
-    tables: Vec<Table>,
+    tables: Vec<(Pending, Option<String>)>,
     skipped: Vec<Skipped>,
     warnings: Vec<String>,
     empty_tables: usize,
@@ -156,7 +158,7 @@ impl Corpus {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "corpus loaded"
         );
-        Ok((Corpus::from_tables(tables), report))
+        Ok((Corpus::from_loaded(tables), report))
     }
 }
 
@@ -228,34 +230,53 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
     let Some(kind) = file_kind(path) else {
         return outcome;
     };
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.len() > opts.max_file_bytes => {
-            skip(
-                &mut outcome,
-                format!(
-                    "file is {} bytes, over the {}-byte limit",
-                    meta.len(),
-                    opts.max_file_bytes
-                ),
-            );
-            return outcome;
+    with_read_buffer(|buffer| {
+        if let Err(reason) = read_limited(path, opts.max_file_bytes, buffer) {
+            skip(&mut outcome, reason);
+            return;
         }
-        Ok(_) => {}
-        Err(err) => {
-            skip(&mut outcome, err.to_string());
-            return outcome;
+        outcome.bytes = buffer.len() as u64;
+        let text = decode(buffer, path, &mut outcome.warnings);
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        parse_file(root, path, kind, text, &mut outcome);
+    });
+    outcome
+}
+
+thread_local! {
+    /// One read buffer per loader thread: a fresh allocation per file made the heap grow and shrink
+    /// (a syscall each time) thousands of times per load.
+    static READ_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer that grew past this for one big file is not kept for the next.
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+
+fn with_read_buffer(f: impl FnOnce(&mut Vec<u8>)) {
+    READ_BUFFER.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => {
+            buffer.clear();
+            f(&mut buffer);
+            if buffer.capacity() > KEEP_BUFFER_BYTES {
+                *buffer = Vec::new();
+            }
         }
-    }
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(err) => {
-            skip(&mut outcome, err.to_string());
-            return outcome;
-        }
+        Err(_) => f(&mut Vec::new()),
+    });
+}
+
+fn parse_file(root: &Path, path: &Path, kind: FileKind, text: &str, outcome: &mut FileOutcome) {
+    let skip = |outcome: &mut FileOutcome, reason: String| {
+        outcome.skipped.push(Skipped {
+            path: path.to_path_buf(),
+            reason,
+        });
     };
-    outcome.bytes = bytes.len() as u64;
-    let text = decode(bytes, path, &mut outcome.warnings);
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let rel = relative_id(root, path);
+    let meta = || TableMeta {
+        path: path.to_path_buf(),
+        ..TableMeta::default()
+    };
 
     let (format, parsed) = match kind {
         FileKind::Delimited | FileKind::Tsv => {
@@ -264,17 +285,19 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             } else {
                 delimited::sniff(text)
             };
-            let parsed = delimited::parse(text, format).unwrap_or_else(|err| match err {
-                CorpusError::Malformed { at, reason } => Parsed {
-                    tables: Vec::new(),
-                    problems: vec![(at, reason)],
-                },
-                other => Parsed {
-                    tables: Vec::new(),
-                    problems: vec![(Location::Unknown, other.to_string())],
-                },
-            });
-            (format, parsed)
+            match delimited::canonical(text, format) {
+                Ok(canonical) if canonical.has_data => outcome.tables.push((
+                    Pending::Csv {
+                        id: rel,
+                        source_format: format,
+                        meta: meta(),
+                    },
+                    Some(canonical.text),
+                )),
+                Ok(_) => outcome.empty_tables += 1,
+                Err(err) => skip(outcome, err.to_string()),
+            }
+            return;
         }
         FileKind::Markdown => (SourceFormat::Markdown, markdown::parse(text)),
         FileKind::Html => (SourceFormat::Html, html::parse(text)),
@@ -282,10 +305,9 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
         FileKind::Jsonl => (SourceFormat::Json, json::parse_jsonl(text)),
     };
     for (at, reason) in parsed.problems {
-        skip(&mut outcome, format!("{at}{reason}"));
+        skip(outcome, format!("{at}{reason}"));
     }
 
-    let rel = relative_id(root, path);
     let several = parsed.tables.len() > 1;
     let mut seen_ids = HashSet::new();
     for (i, table) in parsed.tables.into_iter().enumerate() {
@@ -295,7 +317,7 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             None => rel.clone(),
         };
         if !seen_ids.insert(id.clone()) {
-            skip(&mut outcome, format!("table {i}: duplicate id {id:?}"));
+            skip(outcome, format!("table {i}: duplicate id {id:?}"));
             continue;
         }
         let has_data = table
@@ -307,31 +329,45 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             outcome.empty_tables += 1;
             continue;
         }
-        outcome.tables.push(Table {
+        let table = Table {
             id,
             source_format: format,
             header: table.header,
             rows: table.rows,
             meta: TableMeta {
-                path: path.to_path_buf(),
                 caption: table.caption,
                 title: table.title,
+                ..meta()
             },
-        });
+        };
+        outcome.tables.push((Pending::Table(table), None));
     }
-    outcome
 }
 
-fn decode(bytes: Vec<u8>, path: &Path, warnings: &mut Vec<String>) -> String {
-    match String::from_utf8(bytes) {
-        Ok(text) => text,
+/// Reads the whole file into `buffer`, unless it is larger than `limit`.
+fn read_limited(path: &Path, limit: u64, buffer: &mut Vec<u8>) -> Result<(), String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|err| err.to_string())?;
+    // Reading at most one byte past the limit tells "too big" without a `stat` per file.
+    file.take(limit.saturating_add(1))
+        .read_to_end(buffer)
+        .map_err(|err| err.to_string())?;
+    if buffer.len() as u64 > limit {
+        return Err(format!("file is over the {limit}-byte limit"));
+    }
+    Ok(())
+}
+
+fn decode<'a>(bytes: &'a [u8], path: &Path, warnings: &mut Vec<String>) -> Cow<'a, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
         Err(err) => {
-            let offset = err.utf8_error().valid_up_to();
             warnings.push(format!(
-                "{}: byte {offset}: invalid UTF-8, decoded lossily (U+FFFD)",
-                path.display()
+                "{}: byte {}: invalid UTF-8, decoded lossily (U+FFFD)",
+                path.display(),
+                err.valid_up_to()
             ));
-            String::from_utf8_lossy(err.as_bytes()).into_owned()
+            String::from_utf8_lossy(bytes)
         }
     }
 }

@@ -17,9 +17,13 @@ mod markdown;
 mod serialize;
 mod table;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
 
 pub use load::{LoadOptions, LoadReport, Skipped};
 pub use serialize::{mixed_format, parse_text, serialize, transpose, Serialization};
@@ -102,12 +106,31 @@ impl Parsed {
 /// Tables plus the serialized text that grep searches and previews are cut from.
 ///
 /// The text of table `i` is built once, at construction, because every grep round scans all of it.
+/// A loaded corpus keeps CSV-like tables as text only and parses their cells on first use of
+/// [`Corpus::table`] or [`Corpus::tables`]: a grep over thousands of files then costs what reading them
+/// costs, not one allocation per cell.
 #[derive(Debug, Clone, Default)]
 pub struct Corpus {
-    tables: Vec<Table>,
+    ids: Vec<String>,
     texts: Vec<String>,
     formats: Vec<TextFormat>,
     by_id: HashMap<String, usize>,
+    tables: OnceLock<Vec<Table>>,
+    /// What each table is built from until `tables` is; empty when it was built at construction.
+    pending: Vec<Pending>,
+}
+
+/// A loaded table before [`Corpus::tables`] is needed.
+#[derive(Debug, Clone)]
+pub(crate) enum Pending {
+    /// Formats whose text would not re-parse to exactly the same cells are kept parsed.
+    Table(Table),
+    /// Header and rows are parsed from the table's canonical CSV text when needed.
+    Csv {
+        id: String,
+        source_format: SourceFormat,
+        meta: TableMeta,
+    },
 }
 
 impl Corpus {
@@ -119,41 +142,92 @@ impl Corpus {
     /// A corpus whose texts follow `serialization`: the format robustness runs (CSV, Markdown, HTML,
     /// Mixed) search the same tables in different clothes.
     pub fn from_tables_as(tables: Vec<Table>, serialization: Serialization) -> Corpus {
-        use rayon::prelude::*;
         let formats: Vec<TextFormat> = tables.iter().map(|t| serialization.format_for(t)).collect();
         let texts: Vec<String> = tables
             .par_iter()
             .zip(formats.par_iter())
             .map(|(table, &format)| serialize(table, format))
             .collect();
+        let ids = tables.iter().map(|t| t.id.clone()).collect();
+        Corpus::assemble(ids, texts, formats, OnceLock::from(tables), Vec::new())
+    }
+
+    /// A loaded corpus: CSV-like tables come with their canonical CSV text, the rest parsed.
+    pub(crate) fn from_loaded(items: Vec<(Pending, Option<String>)>) -> Corpus {
+        let (pending, texts): (Vec<Pending>, Vec<Option<String>>) = items.into_iter().unzip();
+        let (texts, formats): (Vec<String>, Vec<TextFormat>) = pending
+            .par_iter()
+            .zip(texts)
+            .map(|(pending, text)| match pending {
+                Pending::Csv { .. } => (text.unwrap_or_default(), TextFormat::Csv),
+                Pending::Table(table) => {
+                    let format = table.source_format.text_format();
+                    (serialize(table, format), format)
+                }
+            })
+            .unzip();
+        let ids = pending
+            .iter()
+            .map(|p| match p {
+                Pending::Table(table) => table.id.clone(),
+                Pending::Csv { id, .. } => id.clone(),
+            })
+            .collect();
+        if pending.iter().all(|p| matches!(p, Pending::Table(_))) {
+            let tables: Vec<Table> = pending
+                .into_iter()
+                .filter_map(|p| match p {
+                    Pending::Table(table) => Some(table),
+                    Pending::Csv { .. } => None,
+                })
+                .collect();
+            return Corpus::assemble(ids, texts, formats, OnceLock::from(tables), Vec::new());
+        }
+        Corpus::assemble(ids, texts, formats, OnceLock::new(), pending)
+    }
+
+    fn assemble(
+        ids: Vec<String>,
+        texts: Vec<String>,
+        formats: Vec<TextFormat>,
+        tables: OnceLock<Vec<Table>>,
+        pending: Vec<Pending>,
+    ) -> Corpus {
         // First occurrence wins so that a duplicate id cannot shadow the table listed first.
-        let mut by_id = HashMap::with_capacity(tables.len());
-        for (i, table) in tables.iter().enumerate() {
-            by_id.entry(table.id.clone()).or_insert(i);
+        let mut by_id = HashMap::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            by_id.entry(id.clone()).or_insert(i);
         }
         Corpus {
-            tables,
+            ids,
             texts,
             formats,
             by_id,
+            tables,
+            pending,
         }
     }
 
     /// The same tables, serialized again.
     pub fn reserialized(&self, serialization: Serialization) -> Corpus {
-        Corpus::from_tables_as(self.tables.clone(), serialization)
+        Corpus::from_tables_as(self.tables().to_vec(), serialization)
     }
 
     pub fn len(&self) -> usize {
-        self.tables.len()
+        self.texts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tables.is_empty()
+        self.texts.is_empty()
     }
 
     pub fn table(&self, i: usize) -> &Table {
-        &self.tables[i]
+        &self.tables()[i]
+    }
+
+    /// The id of table `i`, without parsing any table.
+    pub fn id(&self, i: usize) -> &str {
+        &self.ids[i]
     }
 
     /// The serialization searched by grep and shown (cut) in previews.
@@ -166,8 +240,53 @@ impl Corpus {
         self.formats[i]
     }
 
+    /// All tables; the first call on a loaded corpus parses the cells still kept as text.
     pub fn tables(&self) -> &[Table] {
-        &self.tables
+        self.tables.get_or_init(|| {
+            (0..self.pending.len())
+                .into_par_iter()
+                .map(|i| self.build(i))
+                .collect()
+        })
+    }
+
+    /// Table `i`, borrowed when it is already parsed, else parsed on the spot (and not kept): a preview
+    /// of five candidates should not parse the whole corpus.
+    pub(crate) fn table_view(&self, i: usize) -> Cow<'_, Table> {
+        if let Some(tables) = self.tables.get() {
+            return Cow::Borrowed(&tables[i]);
+        }
+        match &self.pending[i] {
+            Pending::Table(table) => Cow::Borrowed(table),
+            Pending::Csv { .. } => Cow::Owned(self.build(i)),
+        }
+    }
+
+    fn build(&self, i: usize) -> Table {
+        match &self.pending[i] {
+            Pending::Table(table) => table.clone(),
+            Pending::Csv {
+                id,
+                source_format,
+                meta,
+            } => {
+                // The text is our own canonical CSV, so it parses; an error here is a bug, not input.
+                let parsed = delimited::parse(&self.texts[i], SourceFormat::Csv)
+                    .ok()
+                    .and_then(|mut p| p.tables.pop())
+                    .unwrap_or_else(|| {
+                        tracing::error!(id, "canonical CSV text did not parse");
+                        ParsedTable::default()
+                    });
+                Table {
+                    id: id.clone(),
+                    source_format: *source_format,
+                    header: parsed.header,
+                    rows: parsed.rows,
+                    meta: meta.clone(),
+                }
+            }
+        }
     }
 
     pub fn index_of(&self, id: &str) -> Option<usize> {

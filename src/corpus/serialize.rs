@@ -36,7 +36,14 @@ pub fn serialize(table: &Table, format: TextFormat) -> String {
             .iter()
             .flat_map(|row| row.iter().map(String::len))
             .sum::<usize>();
-    let mut out = String::with_capacity(cells + 4 * (table.rows.len() + 2) * 4);
+    let count: usize = table.header.len() + table.rows.iter().map(Vec::len).sum::<usize>();
+    // Room for a separator per cell plus the markup of the wordiest format (HTML: `<td></td>`).
+    let markup = match format {
+        TextFormat::Csv => 1,
+        TextFormat::Markdown => 3,
+        TextFormat::Html => 9,
+    };
+    let mut out = String::with_capacity(cells + markup * count + 16 * (table.rows.len() + 4));
     write_head(&mut out, &table.header, format);
     for row in &table.rows {
         write_row(&mut out, row, format);
@@ -98,13 +105,7 @@ fn csv_line(out: &mut String, cells: &[String]) {
         if i > 0 {
             out.push(',');
         }
-        if cell.contains([',', '"', '\n', '\r']) {
-            out.push('"');
-            out.push_str(&cell.replace('"', "\"\""));
-            out.push('"');
-        } else {
-            out.push_str(cell);
-        }
+        delimited::push_csv_field(out, cell);
     }
     out.push('\n');
 }

@@ -43,7 +43,13 @@ impl PatternSet {
                 warnings.push(format!("pattern {pattern:?} given twice; counted once"));
                 continue;
             }
-            let source = match builder(pattern).build() {
+            // Only the syntax is checked here (cheap); the automaton is built once, for the whole set.
+            let syntax = regex_syntax::ParserBuilder::new()
+                .case_insensitive(true)
+                .multi_line(true)
+                .build()
+                .parse(pattern);
+            let source = match syntax {
                 Ok(_) => pattern.clone(),
                 Err(err) => {
                     let reason = err.to_string();

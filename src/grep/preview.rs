@@ -121,7 +121,7 @@ pub fn preview(
     };
 
     let format = corpus.text_format(table);
-    let t = corpus.table(table);
+    let t = corpus.table_view(table);
     let mut head_len = String::new();
     write_head(&mut head_len, &t.header, format);
     let mut offset = head_len.len();
