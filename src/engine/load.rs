@@ -36,8 +36,14 @@ impl Model {
             ModelSpec::Path(path) if path.is_dir() => load_hf(path, devices, dtype),
             ModelSpec::Path(path) if path.exists() => load_gguf(path, devices, dtype),
             ModelSpec::Path(path) => Err(EngineError::MissingWeights { path: path.clone() }),
-            ModelSpec::Random { preset, seed } => load_random(&Config::preset(preset)?, *seed, devices, dtype),
+            ModelSpec::Random { preset, seed } => Self::random(&Config::preset(preset)?, *seed, devices, Some(dtype)),
         }
+    }
+
+    /// Seeded random weights for any config (norms 1, projections uniform with std 0.02): same
+    /// config and seed give the same weights on every machine.
+    pub fn random(cfg: &Config, seed: u64, devices: &DeviceMap, dtype: Option<DType>) -> Result<Self> {
+        load_random(cfg, seed, devices, dtype.unwrap_or_else(|| devices.default_dtype()))
     }
 }
 
