@@ -6,7 +6,9 @@ use tableseek::engine::{DeviceMap, Model, ModelSpec};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or_else(|| anyhow::anyhow!("usage: engine_bench MODEL [N] [M]"))?;
+    let path = args
+        .get(1)
+        .ok_or_else(|| anyhow::anyhow!("usage: engine_bench MODEL [N] [M]"))?;
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let m: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(32);
     let model = Model::load(&ModelSpec::Path(path.into()), &DeviceMap::cpu(), None)?;
@@ -21,6 +23,11 @@ fn main() -> anyhow::Result<()> {
         logits = model.forward(&[next], &mut cache)?;
     }
     let tg = t.elapsed().as_secs_f64();
-    println!("threads {} pp{n}: {:.1} t/s, tg{m}: {:.1} t/s", candle_core::utils::get_num_threads(), n as f64 / pp, m as f64 / tg);
+    println!(
+        "threads {} pp{n}: {:.1} t/s, tg{m}: {:.1} t/s",
+        candle_core::utils::get_num_threads(),
+        n as f64 / pp,
+        m as f64 / tg
+    );
     Ok(())
 }

@@ -22,23 +22,41 @@ fn tiny(name: &str) -> Option<PathBuf> {
 }
 
 fn load(path: &Path) -> Result<Model, EngineError> {
-    Model::load(&ModelSpec::Path(path.to_path_buf()), &DeviceMap::cpu(), None)
+    Model::load(
+        &ModelSpec::Path(path.to_path_buf()),
+        &DeviceMap::cpu(),
+        None,
+    )
 }
 
 /// A copy of a GGUF with edited metadata and tensors.
-fn rewrite_gguf(src: &Path, dst: &Path, edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>)) {
+fn rewrite_gguf(
+    src: &Path,
+    dst: &Path,
+    edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>),
+) {
     let mut file = File::open(src).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
-    let mut metadata: Vec<(String, gguf_file::Value)> = content.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut metadata: Vec<(String, gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     metadata.sort_by(|a, b| a.0.cmp(&b.0));
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let mut tensors: Vec<(String, QTensor)> = names
         .into_iter()
-        .map(|n| (n.clone(), content.tensor(&mut file, n, &Device::Cpu).unwrap()))
+        .map(|n| {
+            (
+                n.clone(),
+                content.tensor(&mut file, n, &Device::Cpu).unwrap(),
+            )
+        })
         .collect();
     edit(&mut metadata, &mut tensors);
-    let md: Vec<(&str, &gguf_file::Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let md: Vec<(&str, &gguf_file::Value)> =
+        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut File::create(dst).unwrap(), &md, &ts).unwrap();
 }
@@ -48,7 +66,9 @@ fn missing_weight_files() {
     let tmp = tempfile::tempdir().unwrap();
     let gguf = tmp.path().join("absent.gguf");
     assert!(matches!(load(&gguf), Err(EngineError::MissingWeights { path }) if path == gguf));
-    let Some(src) = tiny("tiny-qwen3") else { return };
+    let Some(src) = tiny("tiny-qwen3") else {
+        return;
+    };
     std::fs::copy(src.join("config.json"), tmp.path().join("config.json")).unwrap();
     match load(tmp.path()) {
         Err(EngineError::MissingWeights { path }) => assert!(path.ends_with("model.safetensors")),
@@ -58,12 +78,21 @@ fn missing_weight_files() {
 
 #[test]
 fn truncated_weight_files() {
-    let Some(src) = tiny("tiny-qwen3") else { return };
+    let Some(src) = tiny("tiny-qwen3") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     std::fs::copy(src.join("config.json"), tmp.path().join("config.json")).unwrap();
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    std::fs::write(tmp.path().join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
-    assert!(matches!(load(tmp.path()), Err(EngineError::TruncatedWeights { .. })));
+    std::fs::write(
+        tmp.path().join("model.safetensors"),
+        &bytes[..bytes.len() / 2],
+    )
+    .unwrap();
+    assert!(matches!(
+        load(tmp.path()),
+        Err(EngineError::TruncatedWeights { .. })
+    ));
 
     let bytes = std::fs::read(src.join("tiny-qwen3-f32.gguf")).unwrap();
     let cut = tmp.path().join("cut.gguf");
@@ -77,17 +106,32 @@ fn truncated_weight_files() {
     }
     // Cut inside the header.
     std::fs::write(&cut, &bytes[..100]).unwrap();
-    assert!(matches!(load(&cut), Err(EngineError::TruncatedWeights { .. })));
+    assert!(matches!(
+        load(&cut),
+        Err(EngineError::TruncatedWeights { .. })
+    ));
 }
 
 #[test]
 fn unsupported_architecture() {
-    let Some(src) = tiny("tiny-llama") else { return };
+    let Some(src) = tiny("tiny-llama") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let config = std::fs::read_to_string(src.join("config.json")).unwrap();
-    std::fs::write(tmp.path().join("config.json"), config.replace("LlamaForCausalLM", "GPTNeoXForCausalLM")).unwrap();
-    std::fs::copy(src.join("model.safetensors"), tmp.path().join("model.safetensors")).unwrap();
-    assert!(matches!(load(tmp.path()), Err(EngineError::UnsupportedArchitecture(a)) if a == "GPTNeoXForCausalLM"));
+    std::fs::write(
+        tmp.path().join("config.json"),
+        config.replace("LlamaForCausalLM", "GPTNeoXForCausalLM"),
+    )
+    .unwrap();
+    std::fs::copy(
+        src.join("model.safetensors"),
+        tmp.path().join("model.safetensors"),
+    )
+    .unwrap();
+    assert!(
+        matches!(load(tmp.path()), Err(EngineError::UnsupportedArchitecture(a)) if a == "GPTNeoXForCausalLM")
+    );
 
     let gguf = tmp.path().join("gpt2.gguf");
     rewrite_gguf(&src.join("tiny-llama-f32.gguf"), &gguf, |md, _| {
@@ -102,7 +146,9 @@ fn unsupported_architecture() {
 
 #[test]
 fn unsupported_quant_type() {
-    let Some(src) = tiny("tiny-llama") else { return };
+    let Some(src) = tiny("tiny-llama") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let gguf = tmp.path().join("q5_0.gguf");
     rewrite_gguf(&src.join("tiny-llama-f32.gguf"), &gguf, |_, tensors| {
@@ -124,7 +170,9 @@ fn unsupported_quant_type() {
 
 #[test]
 fn prompt_longer_than_context() {
-    let Some(src) = tiny("tiny-qwen3") else { return };
+    let Some(src) = tiny("tiny-qwen3") else {
+        return;
+    };
     let model = load(&src).unwrap();
     assert_eq!(model.context_len(), 512);
     let prompt: Vec<u32> = (0..600).map(|i| i % 500).collect();

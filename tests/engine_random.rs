@@ -21,7 +21,11 @@ fn same_seed_same_weights() {
     let prompt: Vec<u32> = (0..40).collect();
     let run = |seed: u64, devices: &DeviceMap| -> Vec<f32> {
         let model = Model::random(&cfg, seed, devices, None).unwrap();
-        model.forward(&prompt, &mut model.new_cache()).unwrap().to_vec1().unwrap()
+        model
+            .forward(&prompt, &mut model.new_cache())
+            .unwrap()
+            .to_vec1()
+            .unwrap()
     };
     let cpu = DeviceMap::cpu();
     let a = run(7, &cpu);
@@ -29,7 +33,10 @@ fn same_seed_same_weights() {
     assert_eq!(a, run(7, &cpu));
     assert_ne!(a, run(8, &cpu));
     // The layer split moves layers, not numbers.
-    assert_eq!(a, run(7, &DeviceMap::parse("cpu,cpu,cpu", Some("1,1,1")).unwrap()));
+    assert_eq!(
+        a,
+        run(7, &DeviceMap::parse("cpu,cpu,cpu", Some("1,1,1")).unwrap())
+    );
 }
 
 #[test]
@@ -40,7 +47,9 @@ fn random_model_generates_with_stop_hook() {
         max_new_tokens: 50,
         ..Default::default()
     };
-    let out = generator.generate(&[1, 2, 3], &opts, |toks| toks.len() == 5).unwrap();
+    let out = generator
+        .generate(&[1, 2, 3], &opts, |toks| toks.len() == 5)
+        .unwrap();
     assert_eq!(out.tokens.len(), 5);
     assert_eq!(out.stop_reason, tableseek::engine::StopReason::Hook);
     // A mask that bans everything but token 42 forces it.
@@ -52,7 +61,15 @@ fn random_model_generates_with_stop_hook() {
         }
     };
     let out = generator
-        .generate_masked(&[1, 2, 3], &GenerateOptions { max_new_tokens: 3, ..opts }, Some(&mut only_42), |_| false)
+        .generate_masked(
+            &[1, 2, 3],
+            &GenerateOptions {
+                max_new_tokens: 3,
+                ..opts
+            },
+            Some(&mut only_42),
+            |_| false,
+        )
         .unwrap();
     assert_eq!(out.tokens, vec![42, 42, 42]);
 }

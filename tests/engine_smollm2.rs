@@ -15,19 +15,34 @@ fn shared() -> PathBuf {
 fn gguf() -> PathBuf {
     std::env::var_os("TABLESEEK_SMOLLM2_GGUF")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/smollm2-135m-instruct-q4_1.gguf"))
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/smollm2-135m-instruct-q4_1.gguf")
+        })
 }
 
 #[test]
 fn smollm2_q4_1_greedy_matches_llama_cpp() {
-    let (model_path, reference) = (gguf(), shared().join("reference/smollm2-greedy-llamacpp.json"));
+    let (model_path, reference) = (
+        gguf(),
+        shared().join("reference/smollm2-greedy-llamacpp.json"),
+    );
     if !model_path.exists() || !reference.exists() {
-        eprintln!("skipping: {} or {} not found", model_path.display(), reference.display());
+        eprintln!(
+            "skipping: {} or {} not found",
+            model_path.display(),
+            reference.display()
+        );
         return;
     }
-    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
     let as_ids = |key: &str| -> Vec<u32> {
-        reference[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+        reference[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
     };
     let (prompt, expected) = (as_ids("prompt_token_ids"), as_ids("generated_token_ids"));
     let eos = reference["eos_id"].as_u64().unwrap() as u32;

@@ -34,7 +34,10 @@ impl Linear {
         // Quantized kernels take f32 activations; bf16 activations (CUDA) are widened around them.
         if matches!(self.inner, QMatMul::QTensor(_)) && x.dtype() != DType::F32 {
             let dtype = x.dtype();
-            return Ok(self.inner.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)?);
+            return Ok(self
+                .inner
+                .forward(&x.to_dtype(DType::F32)?)?
+                .to_dtype(dtype)?);
         }
         Ok(self.inner.forward(x)?)
     }
@@ -129,7 +132,11 @@ impl Model {
     /// last one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         let hidden = self.run(tokens, cache, Want::Last)?;
-        Ok(self.lm_head.forward(&hidden)?.to_dtype(DType::F32)?.flatten_all()?)
+        Ok(self
+            .lm_head
+            .forward(&hidden)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?)
     }
 
     /// Like [`Model::forward`] but returns the f32 logits of every position, `[len, vocab]`.
@@ -147,7 +154,9 @@ impl Model {
     /// Last-token embedding, L2-normalized (Qwen3-Embedding style), of `tokens` run alone.
     pub fn embed_last_token(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         let mut cache = self.new_cache();
-        let hidden = self.run(tokens, &mut cache, Want::Last)?.to_dtype(DType::F32)?;
+        let hidden = self
+            .run(tokens, &mut cache, Want::Last)?
+            .to_dtype(DType::F32)?;
         let mut v: Vec<f32> = hidden.flatten_all()?.to_vec1()?;
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
         v.iter_mut().for_each(|x| *x /= norm);
@@ -172,7 +181,10 @@ impl Model {
                 context_len: self.context_len(),
             });
         }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
+        if let Some(&id) = tokens
+            .iter()
+            .find(|&&id| id as usize >= self.cfg.vocab_size)
+        {
             return Err(EngineError::TokenOutOfRange {
                 id,
                 vocab_size: self.cfg.vocab_size,
@@ -192,7 +204,11 @@ impl Model {
                 Want::Last if done == tokens.len() => x.narrow(0, piece.len() - 1, 1)?,
                 Want::Last => continue,
             };
-            let normed = candle_nn::ops::rms_norm(&rows.contiguous()?, &self.norm, self.cfg.rms_norm_eps as f32)?;
+            let normed = candle_nn::ops::rms_norm(
+                &rows.contiguous()?,
+                &self.norm,
+                self.cfg.rms_norm_eps as f32,
+            )?;
             outputs.push(normed);
         }
         Ok(Tensor::cat(&outputs, 0)?)
@@ -210,11 +226,15 @@ impl Model {
             if !x.device().same_device(&layer.device) {
                 x = x.to_device(&layer.device)?;
             }
-            let stale = inputs.as_ref().is_none_or(|c| !c.device.same_device(&layer.device));
+            let stale = inputs
+                .as_ref()
+                .is_none_or(|c| !c.device.same_device(&layer.device));
             if stale {
                 inputs = Some(self.chunk_inputs(pos, t, &layer.device)?);
             }
-            let Some(inp) = inputs.as_ref() else { unreachable!("set above") };
+            let Some(inp) = inputs.as_ref() else {
+                unreachable!("set above")
+            };
             x = self.layer_forward(layer, i, &x, inp, cache)?;
         }
         cache.advance(t);
@@ -231,7 +251,9 @@ impl Model {
         let mask = if t > 1 {
             let len = pos + t;
             let data: Vec<f32> = (0..t)
-                .flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
+                .flat_map(|i| {
+                    (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })
+                })
                 .collect();
             Some(Tensor::from_vec(data, (t, len), device)?.to_dtype(self.dtype)?)
         } else {
@@ -245,11 +267,22 @@ impl Model {
         })
     }
 
-    fn layer_forward(&self, l: &Layer, idx: usize, x: &Tensor, inp: &ChunkInputs, cache: &mut KvCache) -> Result<Tensor> {
+    fn layer_forward(
+        &self,
+        l: &Layer,
+        idx: usize,
+        x: &Tensor,
+        inp: &ChunkInputs,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let eps = cfg.rms_norm_eps as f32;
         let (_, t, _) = x.dims3()?;
-        let (n_head, n_kv, hd) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let (n_head, n_kv, hd) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
         let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
         let q = l.q.forward(&h)?.reshape((1, t, n_head, hd))?;
         let k = l.k.forward(&h)?.reshape((1, t, n_kv, hd))?;
@@ -261,8 +294,12 @@ impl Model {
             ),
             _ => (q, k),
         };
-        let q = self.rope.apply(&q.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
-        let k = self.rope.apply(&k.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
+        let q = self
+            .rope
+            .apply(&q.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
+        let k = self
+            .rope
+            .apply(&k.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
         let v = v.transpose(1, 2)?.contiguous()?;
         let (k_all, v_all) = cache.append(idx, &k, &v)?;
         let len = k_all.dim(2)?;
