@@ -271,3 +271,56 @@ fn last_token_embedding_matches_transformers() {
         assert!(diff <= 1e-5, "{key}: {diff}");
     }
 }
+
+/// The CUDA default dtype, exercised on the CPU: bf16 weights, activations and KV.
+#[test]
+fn bf16_runs_close_to_f32() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let expected = load_st(dir.join("expected.safetensors"));
+    let input = ids(&expected["input_ids"]);
+    let mut model =
+        Model::load(&ModelSpec::Path(dir), &DeviceMap::cpu(), Some(DType::BF16)).unwrap();
+    model.set_prefill_chunk(32);
+    assert_eq!(model.dtype(), DType::BF16);
+    let logits = model.forward_all(&input, &mut model.new_cache()).unwrap();
+    let diff = max_abs_diff(&logits, &expected["logits"]);
+    let agree = logits
+        .argmax(1)
+        .unwrap()
+        .eq(&expected["logits"].argmax(1).unwrap())
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    eprintln!("bf16: max |Δlogits| {diff:.3e}, argmax agrees at {agree}/96 positions");
+    assert!(diff < 0.15, "{diff}");
+    assert!(agree >= 85.0, "{agree}");
+}
+
+/// Qwen3-Reranker's score: softmax over the last-position logits of "no" (10) and "yes" (11).
+#[test]
+fn reranker_p_yes_matches_transformers() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let refs = load_st(dir.join("embed_rerank.safetensors"));
+    let model = load(dir, &DeviceMap::cpu(), 16);
+    let expected: Vec<f32> = refs["rerank_p_yes_single"].to_vec1().unwrap();
+    for (i, key) in ["seq0_ids", "seq1_ids", "seq2_ids"].into_iter().enumerate() {
+        let logits: Vec<f32> = model
+            .forward(&ids(&refs[key]), &mut model.new_cache())
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let (no, yes) = (logits[10], logits[11]);
+        let p_yes = 1.0 / (1.0 + (no - yes).exp());
+        assert!(
+            (p_yes - expected[i]).abs() < 1e-5,
+            "{key}: {p_yes} vs {}",
+            expected[i]
+        );
+    }
+}
