@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use tableseek::engine::{DeviceMap, GenerateOptions, Generator, Model, ModelSpec, StopReason};
+use tableseek::engine::{
+    DeviceMap, GenerateOptions, Generator, LoadOptions, Model, ModelSpec, StopReason,
+};
 
 fn shared() -> PathBuf {
     std::env::var_os("TABLESEEK_SHARED")
@@ -47,7 +49,17 @@ fn smollm2_q4_1_greedy_matches_llama_cpp() {
     let (prompt, expected) = (as_ids("prompt_token_ids"), as_ids("generated_token_ids"));
     let eos = reference["eos_id"].as_u64().unwrap() as u32;
 
-    let model = Model::load(&ModelSpec::Path(model_path), &DeviceMap::cpu(), None).unwrap();
+    // Dense weights on CPU (fast prefill); they reproduce llama.cpp's tokens too.
+    let opts = LoadOptions {
+        dequantize: true,
+        ..Default::default()
+    };
+    let model = Model::load_with(
+        &ModelSpec::Path(model_path.clone()),
+        &DeviceMap::cpu(),
+        &opts,
+    )
+    .unwrap();
     assert_eq!(model.config().eos_token_ids, vec![eos]);
     let mut generator = Generator::new(model);
     let opts = GenerateOptions {
@@ -65,4 +77,15 @@ fn smollm2_q4_1_greedy_matches_llama_cpp() {
     let again = generator.generate(&prompt, &opts, |_| false).unwrap();
     assert_eq!(again.tokens, out.tokens);
     assert!(again.stats.cached_tokens > 0 || prompt.len() <= generator.model().prefill_chunk());
+
+    // The quantized kernels (Q4_1 x Q8_1, as llama.cpp computes): same tokens, first 8 only
+    // because candle's scalar Q4_1 kernel is slow.
+    let model = Model::load(&ModelSpec::Path(model_path), &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let short = GenerateOptions {
+        max_new_tokens: 8,
+        ..opts
+    };
+    let out = generator.generate(&prompt, &short, |_| false).unwrap();
+    assert_eq!(out.tokens, expected[..8]);
 }
