@@ -73,3 +73,22 @@ fn random_model_generates_with_stop_hook() {
         .unwrap();
     assert_eq!(out.tokens, vec![42, 42, 42]);
 }
+
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    let mut cfg = tiny_config();
+    cfg.max_position_embeddings = 8;
+    let model = Model::random(&cfg, 3, &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let opts = GenerateOptions {
+        max_new_tokens: 10,
+        ..Default::default()
+    };
+    // Six prompt positions leave two to feed back; the token after them still comes from logits.
+    let out = generator.generate(&[1, 2, 3, 4, 5, 6], &opts, |_| false).unwrap();
+    assert_eq!(out.stop_reason, tableseek::engine::StopReason::ContextFull);
+    assert_eq!(out.tokens.len(), 3);
+    // A prompt exactly as long as the context still yields one token.
+    let out = generator.generate(&[1, 2, 3, 4, 5, 6, 7, 8], &opts, |_| false).unwrap();
+    assert_eq!(out.tokens.len(), 1);
+}

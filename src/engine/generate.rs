@@ -148,7 +148,7 @@ impl Generator {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let prompt = if prompt.len() >= ctx {
+        let prompt = if prompt.len() > ctx {
             if !opts.truncate_prompt {
                 return Err(EngineError::PromptTooLong {
                     prompt_len: prompt.len(),

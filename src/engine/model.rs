@@ -226,16 +226,13 @@ impl Model {
             if !x.device().same_device(&layer.device) {
                 x = x.to_device(&layer.device)?;
             }
-            let stale = inputs
-                .as_ref()
-                .is_none_or(|c| !c.device.same_device(&layer.device));
-            if stale {
-                inputs = Some(self.chunk_inputs(pos, t, &layer.device)?);
-            }
-            let Some(inp) = inputs.as_ref() else {
-                unreachable!("set above")
+            // Rope tables and mask are rebuilt only where the split moves to another device.
+            let inp = match inputs.take() {
+                Some(c) if c.device.same_device(&layer.device) => c,
+                _ => self.chunk_inputs(pos, t, &layer.device)?,
             };
-            x = self.layer_forward(layer, i, &x, inp, cache)?;
+            x = self.layer_forward(layer, i, &x, &inp, cache)?;
+            inputs = Some(inp);
         }
         cache.advance(t);
         let last = self.norm.device();
