@@ -324,3 +324,32 @@ fn reranker_p_yes_matches_transformers() {
         );
     }
 }
+
+/// A left-padded batch (chunked, 16 positions at a time) gives transformers' batched
+/// embeddings and reranker scores.
+#[test]
+fn batched_embeddings_and_rerank_match_transformers() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let refs = load_st(dir.join("embed_rerank.safetensors"));
+    let model = load(dir, &DeviceMap::cpu(), 16);
+    let seqs: Vec<Vec<u32>> = ["seq0_ids", "seq1_ids", "seq2_ids"]
+        .iter()
+        .map(|k| ids(&refs[*k]))
+        .collect();
+    let refs_of: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
+    let emb = model.embed_batch(&refs_of).unwrap();
+    let expected: Vec<Vec<f32>> = refs["emb_batched"].to_vec2().unwrap();
+    for (i, (a, b)) in emb.iter().zip(&expected).enumerate() {
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-5, "row {i}: {diff}");
+    }
+    let logits = model.last_logits_batch(&refs_of).unwrap();
+    let no_yes = logits.narrow(1, 10, 2).unwrap();
+    let diff = max_abs_diff(&no_yes, &refs["rerank_logits_no_yes_batched"]);
+    assert!(diff <= 1e-4, "{diff}");
+}
