@@ -9,6 +9,8 @@ use tableseek::engine::{DeviceMap, GenerateOptions, Generator, Model, ModelSpec,
 
 const TOL: f32 = 1e-4;
 
+type Tensors = HashMap<String, Tensor>;
+
 /// `../shared` next to the repo root, or `$TABLESEEK_SHARED` (for git worktrees elsewhere).
 fn fixtures() -> Option<PathBuf> {
     let shared = std::env::var_os("TABLESEEK_SHARED")
@@ -28,12 +30,27 @@ fn load_st(path: PathBuf) -> HashMap<String, Tensor> {
 }
 
 fn ids(t: &Tensor) -> Vec<u32> {
-    t.to_dtype(DType::I64).unwrap().to_vec1::<i64>().unwrap().into_iter().map(|x| x as u32).collect()
+    t.to_dtype(DType::I64)
+        .unwrap()
+        .to_vec1::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|x| x as u32)
+        .collect()
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
-    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
 }
 
 fn load(spec: PathBuf, devices: &DeviceMap, chunk: usize) -> Model {
@@ -69,12 +86,21 @@ fn check_hf(name: &str) {
         let mut cache = model.new_cache();
         let logits = model.forward_all(&input, &mut cache).unwrap();
         let diff = max_abs_diff(&logits, &expected["logits"]);
-        eprintln!("{name} chunk {chunk} devices {:?}: max |Δlogits| {diff:.3e}", devices.kinds());
+        eprintln!(
+            "{name} chunk {chunk} devices {:?}: max |Δlogits| {diff:.3e}",
+            devices.kinds()
+        );
         assert!(diff <= TOL, "{name}: {diff}");
-        let hidden = model.forward_hidden(&input, &mut model.new_cache()).unwrap();
+        let hidden = model
+            .forward_hidden(&input, &mut model.new_cache())
+            .unwrap();
         assert!(max_abs_diff(&hidden, &expected["last_hidden"]) <= TOL);
     }
-    let split = load(dir.clone(), &DeviceMap::parse("cpu,cpu", Some("1,1")).unwrap(), 16);
+    let split = load(
+        dir.clone(),
+        &DeviceMap::parse("cpu,cpu", Some("1,1")).unwrap(),
+        16,
+    );
     assert_eq!(split.layer_devices().len(), 2);
 
     // Incremental decoding matches transformers' KV-cache decode step by step.
@@ -120,7 +146,16 @@ fn prefix_cache_is_bitwise_equal_to_scratch() {
         };
 
         let mut cold = Generator::new(load(dir.clone(), &DeviceMap::cpu(), 16));
-        let scratch = cold.generate(&input, &GenerateOptions { use_prefix_cache: false, ..opts.clone() }, |_| false).unwrap();
+        let scratch = cold
+            .generate(
+                &input,
+                &GenerateOptions {
+                    use_prefix_cache: false,
+                    ..opts.clone()
+                },
+                |_| false,
+            )
+            .unwrap();
         assert_eq!(scratch.stats.cached_tokens, 0);
 
         let mut warm = Generator::new(load(dir.clone(), &DeviceMap::cpu(), 16));
@@ -129,7 +164,10 @@ fn prefix_cache_is_bitwise_equal_to_scratch() {
         other.extend([1, 2, 3, 4, 5, 6, 7]);
         warm.generate(&other, &opts, |_| false).unwrap();
         let served = warm.generate(&input, &opts, |_| false).unwrap();
-        assert_eq!(served.stats.cached_tokens, 48, "reuse rounds down to the 16-token chunk");
+        assert_eq!(
+            served.stats.cached_tokens, 48,
+            "reuse rounds down to the 16-token chunk"
+        );
         assert_eq!(served.stats.prompt_tokens, 96);
         assert_eq!(served.tokens, scratch.tokens);
         assert_eq!(served.tokens, ids(&expected["greedy_ids"]));
@@ -137,39 +175,69 @@ fn prefix_cache_is_bitwise_equal_to_scratch() {
         // Logits, bit for bit: positions 48.. from a restored cache vs a cold run.
         let model = warm.model().clone();
         let mut restored = warm.prefix_cache_mut().lookup(&input, 16).unwrap().unwrap();
-        assert_eq!(restored.len(), 80, "the full 96-token prompt was stored up to 80 (last chunk must rerun)");
+        assert_eq!(
+            restored.len(),
+            80,
+            "the full 96-token prompt was stored up to 80 (last chunk must rerun)"
+        );
         restored.truncate(48);
         let from_cache = model.forward_all(&input[48..], &mut restored).unwrap();
-        let from_scratch = model.forward_all(&input, &mut model.new_cache()).unwrap().narrow(0, 48, 48).unwrap();
-        assert_eq!(from_cache.to_vec2::<f32>().unwrap(), from_scratch.to_vec2::<f32>().unwrap(), "{name}");
+        let from_scratch = model
+            .forward_all(&input, &mut model.new_cache())
+            .unwrap()
+            .narrow(0, 48, 48)
+            .unwrap();
+        assert_eq!(
+            from_cache.to_vec2::<f32>().unwrap(),
+            from_scratch.to_vec2::<f32>().unwrap(),
+            "{name}"
+        );
         let diff = max_abs_diff(&from_cache, &expected["logits"].narrow(0, 48, 48).unwrap());
         assert!(diff <= TOL, "{name} cached prefix: {diff}");
     }
 }
 
-fn check_gguf(model_dir: &str, file: &str) -> Option<(Model, HashMap<String, Tensor>, HashMap<String, Tensor>)> {
+fn check_gguf(model_dir: &str, file: &str) -> Option<(Model, Tensors, Tensors)> {
     let dir = fixtures()?.join(model_dir);
     let model = load(dir.join(file), &DeviceMap::cpu(), 16);
-    Some((model, load_st(dir.join("expected.safetensors")), load_st(dir.join("llamacpp.safetensors"))))
+    Some((
+        model,
+        load_st(dir.join("expected.safetensors")),
+        load_st(dir.join("llamacpp.safetensors")),
+    ))
 }
 
 #[test]
 fn gguf_f32_matches_transformers() {
-    for (dir, file) in [("tiny-qwen3", "tiny-qwen3-f32.gguf"), ("tiny-llama", "tiny-llama-f32.gguf")] {
-        let Some((model, expected, llamacpp)) = check_gguf(dir, file) else { return };
+    for (dir, file) in [
+        ("tiny-qwen3", "tiny-qwen3-f32.gguf"),
+        ("tiny-llama", "tiny-llama-f32.gguf"),
+    ] {
+        let Some((model, expected, llamacpp)) = check_gguf(dir, file) else {
+            return;
+        };
         let input = ids(&expected["input_ids"]);
         let logits = model.forward_all(&input, &mut model.new_cache()).unwrap();
         let diff = max_abs_diff(&logits, &expected["logits"]);
         eprintln!("{file}: max |Δlogits| vs transformers {diff:.3e}");
         assert!(diff <= TOL, "{file}: {diff}");
-        assert_eq!(greedy(model, &input, 16), ids(&llamacpp["f32.greedy_ids"]), "{file}");
+        assert_eq!(
+            greedy(model, &input, 16),
+            ids(&llamacpp["f32.greedy_ids"]),
+            "{file}"
+        );
     }
 }
 
 #[test]
 fn gguf_q8_0_matches_llama_cpp_greedy() {
-    for (dir, file) in [("tiny-qwen3", "tiny-qwen3-q8_0.gguf"), ("tiny-llama", "tiny-llama-q8_0.gguf")] {
-        let Some((model, expected, llamacpp)) = check_gguf(dir, file) else { return };
+    for (dir, file) in [
+        ("tiny-qwen3", "tiny-qwen3-q8_0.gguf"),
+        ("tiny-llama", "tiny-llama-q8_0.gguf"),
+    ] {
+        let Some((model, expected, llamacpp)) = check_gguf(dir, file) else {
+            return;
+        };
         let input = ids(&expected["input_ids"]);
         let last = model.forward(&input, &mut model.new_cache()).unwrap();
         let vs_llamacpp = max_abs_diff(&last, &llamacpp["q8_0.last_logits"]);
@@ -178,7 +246,11 @@ fn gguf_q8_0_matches_llama_cpp_greedy() {
         // Measured: qwen3 0 (bitwise), llama 6.7e-2. llama.cpp's own q8_0 run is 5e-2..8e-2 from
         // transformers, so this bound only catches gross errors; the greedy ids are the real check.
         assert!(vs_llamacpp < 0.1, "{file}: {vs_llamacpp}");
-        assert_eq!(greedy(model, &input, 16), ids(&llamacpp["q8_0.greedy_ids"]), "{file}");
+        assert_eq!(
+            greedy(model, &input, 16),
+            ids(&llamacpp["q8_0.greedy_ids"]),
+            "{file}"
+        );
     }
 }
 
@@ -191,7 +263,93 @@ fn last_token_embedding_matches_transformers() {
     for (i, key) in ["seq0_ids", "seq1_ids", "seq2_ids"].into_iter().enumerate() {
         let emb = model.embed_last_token(&ids(&refs[key])).unwrap();
         let expected: Vec<f32> = refs["emb_single"].get(i).unwrap().to_vec1().unwrap();
-        let diff = emb.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let diff = emb
+            .iter()
+            .zip(&expected)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         assert!(diff <= 1e-5, "{key}: {diff}");
     }
+}
+
+/// The CUDA default dtype, exercised on the CPU: bf16 weights, activations and KV.
+#[test]
+fn bf16_runs_close_to_f32() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let expected = load_st(dir.join("expected.safetensors"));
+    let input = ids(&expected["input_ids"]);
+    let mut model =
+        Model::load(&ModelSpec::Path(dir), &DeviceMap::cpu(), Some(DType::BF16)).unwrap();
+    model.set_prefill_chunk(32);
+    assert_eq!(model.dtype(), DType::BF16);
+    let logits = model.forward_all(&input, &mut model.new_cache()).unwrap();
+    let diff = max_abs_diff(&logits, &expected["logits"]);
+    let agree = logits
+        .argmax(1)
+        .unwrap()
+        .eq(&expected["logits"].argmax(1).unwrap())
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    eprintln!("bf16: max |Δlogits| {diff:.3e}, argmax agrees at {agree}/96 positions");
+    assert!(diff < 0.15, "{diff}");
+    assert!(agree >= 85.0, "{agree}");
+}
+
+/// Qwen3-Reranker's score: softmax over the last-position logits of "no" (10) and "yes" (11).
+#[test]
+fn reranker_p_yes_matches_transformers() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let refs = load_st(dir.join("embed_rerank.safetensors"));
+    let model = load(dir, &DeviceMap::cpu(), 16);
+    let expected: Vec<f32> = refs["rerank_p_yes_single"].to_vec1().unwrap();
+    for (i, key) in ["seq0_ids", "seq1_ids", "seq2_ids"].into_iter().enumerate() {
+        let logits: Vec<f32> = model
+            .forward(&ids(&refs[key]), &mut model.new_cache())
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let (no, yes) = (logits[10], logits[11]);
+        let p_yes = 1.0 / (1.0 + (no - yes).exp());
+        assert!(
+            (p_yes - expected[i]).abs() < 1e-5,
+            "{key}: {p_yes} vs {}",
+            expected[i]
+        );
+    }
+}
+
+/// A left-padded batch (chunked, 16 positions at a time) gives transformers' batched
+/// embeddings and reranker scores.
+#[test]
+fn batched_embeddings_and_rerank_match_transformers() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let refs = load_st(dir.join("embed_rerank.safetensors"));
+    let model = load(dir, &DeviceMap::cpu(), 16);
+    let seqs: Vec<Vec<u32>> = ["seq0_ids", "seq1_ids", "seq2_ids"]
+        .iter()
+        .map(|k| ids(&refs[*k]))
+        .collect();
+    let refs_of: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
+    let emb = model.embed_batch(&refs_of).unwrap();
+    let expected: Vec<Vec<f32>> = refs["emb_batched"].to_vec2().unwrap();
+    for (i, (a, b)) in emb.iter().zip(&expected).enumerate() {
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(diff <= 1e-5, "row {i}: {diff}");
+    }
+    let logits = model.last_logits_batch(&refs_of).unwrap();
+    let no_yes = logits.narrow(1, 10, 2).unwrap();
+    let diff = max_abs_diff(&no_yes, &refs["rerank_logits_no_yes_batched"]);
+    assert!(diff <= 1e-4, "{diff}");
 }

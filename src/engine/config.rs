@@ -123,7 +123,11 @@ impl Config {
         let params = hf.rope_parameters.as_ref();
         let rope_theta = hf
             .rope_theta
-            .or_else(|| params.and_then(|p| p.get("rope_theta")).and_then(|v| v.as_f64()))
+            .or_else(|| {
+                params
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(|v| v.as_f64())
+            })
             .unwrap_or(10_000.0);
         let scaling_value = match &hf.rope_scaling {
             Some(v) if !v.is_null() => Some(v),
@@ -143,22 +147,28 @@ impl Config {
                         serde_json::from_value::<Llama3RopeScaling>(v.clone())
                             .map_err(|e| bad(format!("rope scaling: {e}")))?,
                     ),
-                    other => return Err(bad(format!("rope scaling type `{other}` is not supported"))),
+                    other => {
+                        return Err(bad(format!("rope scaling type `{other}` is not supported")))
+                    }
                 }
             }
         };
         if hf.num_attention_heads == 0 || hf.num_hidden_layers == 0 {
-            return Err(bad("num_attention_heads and num_hidden_layers must be > 0".into()));
+            return Err(bad(
+                "num_attention_heads and num_hidden_layers must be > 0".into()
+            ));
         }
         let num_key_value_heads = hf.num_key_value_heads.unwrap_or(hf.num_attention_heads);
-        if num_key_value_heads == 0 || hf.num_attention_heads % num_key_value_heads != 0 {
+        if num_key_value_heads == 0 || !hf.num_attention_heads.is_multiple_of(num_key_value_heads) {
             return Err(bad(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {num_key_value_heads}",
                 hf.num_attention_heads
             )));
         }
-        let head_dim = hf.head_dim.unwrap_or(hf.hidden_size / hf.num_attention_heads);
-        if head_dim % 2 != 0 {
+        let head_dim = hf
+            .head_dim
+            .unwrap_or(hf.hidden_size / hf.num_attention_heads);
+        if !head_dim.is_multiple_of(2) {
             return Err(bad(format!("head_dim {head_dim} must be even for RoPE")));
         }
         let eos_token_ids = match hf.eos_token_id {
@@ -187,7 +197,10 @@ impl Config {
 
     /// Reads the `{arch}.*` keys llama.cpp writes. Llama 3 scaling in GGUF lives in the
     /// `rope_freqs` tensor, not in metadata, so the loader handles it.
-    pub fn from_gguf(metadata: &HashMap<String, gguf_file::Value>, source_name: &str) -> Result<Self> {
+    pub fn from_gguf(
+        metadata: &HashMap<String, gguf_file::Value>,
+        source_name: &str,
+    ) -> Result<Self> {
         let bad = |detail: String| EngineError::BadConfig {
             source_name: source_name.to_string(),
             detail,
@@ -207,8 +220,12 @@ impl Config {
         };
         let hidden_size = get_usize("embedding_length")?;
         let num_attention_heads = get_usize("attention.head_count")?;
-        let num_key_value_heads = get_usize("attention.head_count_kv").unwrap_or(num_attention_heads);
-        if num_attention_heads == 0 || num_key_value_heads == 0 || num_attention_heads % num_key_value_heads != 0 {
+        let num_key_value_heads =
+            get_usize("attention.head_count_kv").unwrap_or(num_attention_heads);
+        if num_attention_heads == 0
+            || num_key_value_heads == 0
+            || num_attention_heads % num_key_value_heads != 0
+        {
             return Err(bad(format!(
                 "head_count {num_attention_heads} is not a multiple of head_count_kv {num_key_value_heads}"
             )));
@@ -218,15 +235,23 @@ impl Config {
             .unwrap_or(hidden_size / num_attention_heads);
         let rms_norm_eps = get("attention.layer_norm_rms_epsilon")
             .and_then(|v| v.to_f32().ok())
-            .ok_or_else(|| bad(format!("`{arch_name}.attention.layer_norm_rms_epsilon` is missing")))?;
-        let rope_theta = get("rope.freq_base").and_then(|v| v.to_f32().ok()).unwrap_or(10_000.0);
+            .ok_or_else(|| {
+                bad(format!(
+                    "`{arch_name}.attention.layer_norm_rms_epsilon` is missing"
+                ))
+            })?;
+        let rope_theta = get("rope.freq_base")
+            .and_then(|v| v.to_f32().ok())
+            .unwrap_or(10_000.0);
         let vocab_size = match get_usize("vocab_size") {
             Ok(n) => n,
             Err(_) => metadata
                 .get("tokenizer.ggml.tokens")
                 .and_then(|v| v.to_vec().ok())
                 .map(|v| v.len())
-                .ok_or_else(|| bad("vocabulary size unknown (no vocab_size, no tokenizer.ggml.tokens)".into()))?,
+                .ok_or_else(|| {
+                    bad("vocabulary size unknown (no vocab_size, no tokenizer.ggml.tokens)".into())
+                })?,
         };
         let token = |key: &str| metadata.get(key).and_then(value_to_u64).map(|n| n as u32);
         Ok(Self {
@@ -239,7 +264,9 @@ impl Config {
             num_key_value_heads,
             head_dim,
             // f32 metadata, widened through its decimal form so 1e-6 stays 1e-6 rather than 9.99999997e-7.
-            rms_norm_eps: format!("{rms_norm_eps}").parse().unwrap_or(rms_norm_eps as f64),
+            rms_norm_eps: format!("{rms_norm_eps}")
+                .parse()
+                .unwrap_or(rms_norm_eps as f64),
             rope_theta: rope_theta as f64,
             rope_scaling: None,
             max_position_embeddings: get_usize("context_length")?,
@@ -336,7 +363,10 @@ mod tests {
         assert_eq!(cfg.architecture, Architecture::Llama);
         assert_eq!(cfg.head_dim, 16);
         assert_eq!(cfg.rope_theta, 500_000.0);
-        assert_eq!(cfg.rope_scaling.unwrap().original_max_position_embeddings, 64);
+        assert_eq!(
+            cfg.rope_scaling.unwrap().original_max_position_embeddings,
+            64
+        );
         assert_eq!(cfg.eos_token_ids, vec![1, 2]);
         assert!(!cfg.tie_word_embeddings);
     }
@@ -347,7 +377,9 @@ mod tests {
             "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1,"rms_norm_eps":1e-5,
             "max_position_embeddings":8}"#;
         match Config::from_hf_json(text, "test") {
-            Err(EngineError::UnsupportedArchitecture(name)) => assert_eq!(name, "MistralForCausalLM"),
+            Err(EngineError::UnsupportedArchitecture(name)) => {
+                assert_eq!(name, "MistralForCausalLM")
+            }
             other => panic!("expected UnsupportedArchitecture, got {other:?}"),
         }
     }
@@ -356,8 +388,15 @@ mod tests {
     fn presets_have_consistent_shapes() {
         for name in ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.1-8b"] {
             let cfg = Config::preset(name).unwrap();
-            assert_eq!(cfg.num_attention_heads % cfg.num_key_value_heads, 0, "{name}");
+            assert_eq!(
+                cfg.num_attention_heads % cfg.num_key_value_heads,
+                0,
+                "{name}"
+            );
         }
-        assert!(matches!(Config::preset("gpt-2"), Err(EngineError::UnknownPreset(_))));
+        assert!(matches!(
+            Config::preset("gpt-2"),
+            Err(EngineError::UnknownPreset(_))
+        ));
     }
 }

@@ -42,7 +42,10 @@ impl DeviceMap {
             None => vec![1.0; kinds.len()],
             Some(split) => parse_split(split, kinds.len())?,
         };
-        let devices = kinds.iter().map(|k| open(*k, spec)).collect::<Result<Vec<_>>>()?;
+        let devices = kinds
+            .iter()
+            .map(|k| open(*k, spec))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             kinds,
             devices,
@@ -115,13 +118,18 @@ fn parse_kinds(spec: &str) -> Result<Vec<DeviceKind>> {
         let kind = if part.eq_ignore_ascii_case("cpu") {
             DeviceKind::Cpu
         } else if let Some(n) = part.strip_prefix("cuda:") {
-            DeviceKind::Cuda(n.parse().map_err(|_| bad("expected cuda:N with N a number"))?)
+            DeviceKind::Cuda(
+                n.parse()
+                    .map_err(|_| bad("expected cuda:N with N a number"))?,
+            )
         } else if part.eq_ignore_ascii_case("cuda") {
             DeviceKind::Cuda(0)
         } else if let (true, Ok(n)) = (last_cuda, part.parse::<usize>()) {
             DeviceKind::Cuda(n)
         } else {
-            return Err(bad("entries are `cpu`, `cuda`, `cuda:N`, or N after a cuda entry"));
+            return Err(bad(
+                "entries are `cpu`, `cuda`, `cuda:N`, or N after a cuda entry",
+            ));
         };
         last_cuda = matches!(kind, DeviceKind::Cuda(_));
         kinds.push(kind);
@@ -149,7 +157,9 @@ fn parse_split(split: &str, n_devices: usize) -> Result<Vec<f64>> {
         )));
     }
     if weights.iter().any(|w| !w.is_finite() || *w < 0.0) || weights.iter().sum::<f64>() <= 0.0 {
-        return Err(bad("layer split entries must be non-negative with a positive sum".into()));
+        return Err(bad(
+            "layer split entries must be non-negative with a positive sum".into(),
+        ));
     }
     Ok(weights)
 }
@@ -186,7 +196,11 @@ mod tests {
     fn parses_cuda_lists() {
         assert_eq!(
             parse_kinds("cuda:0,1,3").unwrap(),
-            vec![DeviceKind::Cuda(0), DeviceKind::Cuda(1), DeviceKind::Cuda(3)]
+            vec![
+                DeviceKind::Cuda(0),
+                DeviceKind::Cuda(1),
+                DeviceKind::Cuda(3)
+            ]
         );
         assert!(parse_kinds("tpu:0").is_err());
         assert!(parse_kinds("cpu,1").is_err());

@@ -24,7 +24,9 @@ pub enum EngineError {
     UnsupportedArchitecture(String),
     #[error("tensor `{tensor}` uses quantization type {dtype}, which is not supported (supported: Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16, F32)")]
     UnsupportedQuantType { tensor: String, dtype: String },
-    #[error("unknown random-init preset `{0}` (known: qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b)")]
+    #[error(
+        "unknown random-init preset `{0}` (known: qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b)"
+    )]
     UnknownPreset(String),
     #[error("prompt has {prompt_len} tokens but the context window is {context_len} tokens")]
     PromptTooLong {

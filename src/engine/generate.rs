@@ -148,7 +148,7 @@ impl Generator {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let prompt = if prompt.len() >= ctx {
+        let prompt = if prompt.len() > ctx {
             if !opts.truncate_prompt {
                 return Err(EngineError::PromptTooLong {
                     prompt_len: prompt.len(),
@@ -171,7 +171,8 @@ impl Generator {
         let mut logits = self.model.forward(&prompt[cached_tokens..], &mut cache)?;
         if opts.use_prefix_cache {
             // Only whole chunks: see `prefix_cache` for why partial ones are never stored.
-            self.prefix_cache.insert(prompt, &cache, prompt.len() / chunk * chunk)?;
+            self.prefix_cache
+                .insert(prompt, &cache, prompt.len() / chunk * chunk)?;
         }
         let prefill_ms = prefill_start.elapsed().as_secs_f64() * 1e3;
 

@@ -77,7 +77,12 @@ impl KvCache {
     /// Writes the keys and values `[1, kv_heads, t, head_dim]` of layer `layer` at positions
     /// `len()..len() + t` and returns views of positions `0..len() + t`. Call
     /// [`KvCache::advance`] once every layer has been appended.
-    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         let start = self.len;
         let total = start + k.dim(2)?;
         let slot = &mut self.layers[layer];
@@ -97,11 +102,12 @@ impl KvCache {
         self.layers
             .iter()
             .map(|l| match (&l.k, &l.v) {
-                (Some(k), Some(v)) => Ok((
-                    k.narrow(2, 0, len)?.copy()?,
-                    v.narrow(2, 0, len)?.copy()?,
-                )),
-                _ => Err(candle_core::Error::Msg("snapshot of an unfilled KV cache layer".into()).into()),
+                (Some(k), Some(v)) => {
+                    Ok((k.narrow(2, 0, len)?.copy()?, v.narrow(2, 0, len)?.copy()?))
+                }
+                _ => Err(
+                    candle_core::Error::Msg("snapshot of an unfilled KV cache layer".into()).into(),
+                ),
             })
             .collect()
     }
@@ -123,12 +129,18 @@ impl KvCache {
 fn write(buf: &mut Option<Tensor>, src: &Tensor, start: usize, total: usize) -> Result<Tensor> {
     let src = src.contiguous()?;
     let needs_new = match buf {
-        Some(b) => b.dim(2)? < total || !b.device().same_device(src.device()) || b.dtype() != src.dtype(),
+        Some(b) => {
+            b.dim(2)? < total || !b.device().same_device(src.device()) || b.dtype() != src.dtype()
+        }
         None => true,
     };
     if needs_new {
         let (b, heads, _, hd) = src.dims4()?;
-        let fresh = Tensor::zeros((b, heads, capacity_for(total), hd), src.dtype(), src.device())?;
+        let fresh = Tensor::zeros(
+            (b, heads, capacity_for(total), hd),
+            src.dtype(),
+            src.device(),
+        )?;
         if let Some(old) = buf.as_ref() {
             if start > 0 && old.device().same_device(src.device()) && old.dtype() == src.dtype() {
                 fresh.slice_set(&old.narrow(2, 0, start)?.contiguous()?, 2, 0)?;
@@ -136,7 +148,9 @@ fn write(buf: &mut Option<Tensor>, src: &Tensor, start: usize, total: usize) -> 
         }
         *buf = Some(fresh);
     }
-    let b = buf.as_ref().ok_or_else(|| candle_core::Error::Msg("KV buffer missing".into()))?;
+    let b = buf
+        .as_ref()
+        .ok_or_else(|| candle_core::Error::Msg("KV buffer missing".into()))?;
     b.slice_set(&src, 2, start)?;
     Ok(b.narrow(D::Minus2, 0, total)?)
 }
@@ -159,12 +173,23 @@ mod tests {
         let (k, _) = cache.append(0, &chunk(0.0, 200), &chunk(0.0, 200)).unwrap();
         cache.advance(200);
         assert_eq!(k.dims(), &[1, 2, 200, 3]);
-        let (k, _) = cache.append(0, &chunk(1000.0, 100), &chunk(1000.0, 100)).unwrap();
+        let (k, _) = cache
+            .append(0, &chunk(1000.0, 100), &chunk(1000.0, 100))
+            .unwrap();
         cache.advance(100);
         assert_eq!(k.dims(), &[1, 2, 300, 3]);
-        assert_eq!(cache.allocated_bytes(), 2 * 2 * 512 * 3 * DType::F32.size_in_bytes());
+        assert_eq!(
+            cache.allocated_bytes(),
+            2 * 2 * 512 * 3 * DType::F32.size_in_bytes()
+        );
         // The first 200 positions survived the regrow.
-        let first: Vec<f32> = k.narrow(2, 0, 200).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let first: Vec<f32> = k
+            .narrow(2, 0, 200)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let expected: Vec<f32> = chunk(0.0, 200).flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(first, expected);
         cache.truncate(150);
@@ -172,8 +197,24 @@ mod tests {
         let snap = cache.snapshot(150).unwrap();
         let restored = KvCache::from_snapshot(&snap, 100).unwrap();
         assert_eq!(restored.len(), 100);
-        let a: Vec<f32> = snap[0].0.narrow(2, 0, 100).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        let b: Vec<f32> = restored.layers[0].k.as_ref().unwrap().narrow(2, 0, 100).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let a: Vec<f32> = snap[0]
+            .0
+            .narrow(2, 0, 100)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let b: Vec<f32> = restored.layers[0]
+            .k
+            .as_ref()
+            .unwrap()
+            .narrow(2, 0, 100)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         assert_eq!(a, b);
     }
 }

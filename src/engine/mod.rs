@@ -25,7 +25,7 @@ pub use device::DeviceMap;
 pub use error::EngineError;
 pub use generate::{CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason};
 pub use kv_cache::KvCache;
-pub use load::{read_gguf, ModelSpec};
+pub use load::{read_gguf, LoadOptions, ModelSpec};
 pub use model::Model;
 pub use prefix_cache::PrefixCache;
 pub mod chat;

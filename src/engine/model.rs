@@ -34,7 +34,10 @@ impl Linear {
         // Quantized kernels take f32 activations; bf16 activations (CUDA) are widened around them.
         if matches!(self.inner, QMatMul::QTensor(_)) && x.dtype() != DType::F32 {
             let dtype = x.dtype();
-            return Ok(self.inner.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)?);
+            return Ok(self
+                .inner
+                .forward(&x.to_dtype(DType::F32)?)?
+                .to_dtype(dtype)?);
         }
         Ok(self.inner.forward(x)?)
     }
@@ -129,7 +132,11 @@ impl Model {
     /// last one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         let hidden = self.run(tokens, cache, Want::Last)?;
-        Ok(self.lm_head.forward(&hidden)?.to_dtype(DType::F32)?.flatten_all()?)
+        Ok(self
+            .lm_head
+            .forward(&hidden)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?)
     }
 
     /// Like [`Model::forward`] but returns the f32 logits of every position, `[len, vocab]`.
@@ -147,11 +154,71 @@ impl Model {
     /// Last-token embedding, L2-normalized (Qwen3-Embedding style), of `tokens` run alone.
     pub fn embed_last_token(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         let mut cache = self.new_cache();
-        let hidden = self.run(tokens, &mut cache, Want::Last)?.to_dtype(DType::F32)?;
-        let mut v: Vec<f32> = hidden.flatten_all()?.to_vec1()?;
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        v.iter_mut().for_each(|x| *x /= norm);
-        Ok(v)
+        let hidden = self
+            .run(tokens, &mut cache, Want::Last)?
+            .to_dtype(DType::F32)?;
+        Ok(l2_normalized(hidden.flatten_all()?.to_vec1()?))
+    }
+
+    /// Final-norm hidden state of the last token of each sequence, f32 `[n, hidden]`, computed
+    /// as one left-padded batch (positions 0..max_len for every row, as transformers does by
+    /// default; RoPE is relative, so each row equals its single-sequence result up to rounding).
+    /// The input of batched embedding and reranker heads.
+    pub fn last_hidden_batch(&self, seqs: &[&[u32]]) -> Result<Tensor> {
+        let max_len = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
+        if seqs.iter().any(|s| s.is_empty()) {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if max_len > self.context_len() {
+            return Err(EngineError::PromptTooLong {
+                prompt_len: max_len,
+                context_len: self.context_len(),
+            });
+        }
+        self.check_ids(seqs.iter().flat_map(|s| s.iter()))?;
+        let pads: Vec<usize> = seqs.iter().map(|s| max_len - s.len()).collect();
+        // Padding ids are arbitrary: the mask hides them.
+        let padded: Vec<Vec<u32>> = seqs
+            .iter()
+            .zip(&pads)
+            .map(|(s, &p)| std::iter::repeat_n(0, p).chain(s.iter().copied()).collect())
+            .collect();
+        let mut cache = self.new_cache();
+        let chunk = self.prefill_chunk;
+        let mut last = None;
+        for start in (0..max_len).step_by(chunk) {
+            let end = (start + chunk).min(max_len);
+            let rows: Vec<&[u32]> = padded.iter().map(|r| &r[start..end]).collect();
+            last = Some(self.run_batch_chunk(&rows, &pads, &mut cache)?);
+        }
+        let last = last.ok_or(EngineError::EmptyPrompt)?;
+        let t = last.dim(1)?;
+        let rows = last.narrow(1, t - 1, 1)?.squeeze(1)?.contiguous()?;
+        let normed = candle_nn::ops::rms_norm(&rows, &self.norm, self.cfg.rms_norm_eps as f32)?;
+        Ok(normed.to_dtype(DType::F32)?)
+    }
+
+    /// L2-normalized last-token embeddings of a batch (Qwen3-Embedding style).
+    pub fn embed_batch(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let hidden = self.last_hidden_batch(seqs)?;
+        let rows: Vec<Vec<f32>> = hidden.to_vec2()?;
+        Ok(rows.into_iter().map(l2_normalized).collect())
+    }
+
+    /// Last-position f32 logits `[n, vocab]` of a batch (e.g. reranker yes/no scores).
+    pub fn last_logits_batch(&self, seqs: &[&[u32]]) -> Result<Tensor> {
+        let hidden = self.last_hidden_batch(seqs)?.to_dtype(self.dtype)?;
+        Ok(self.lm_head.forward(&hidden)?.to_dtype(DType::F32)?)
+    }
+
+    fn check_ids<'a>(&self, mut ids: impl Iterator<Item = &'a u32>) -> Result<()> {
+        match ids.find(|&&id| id as usize >= self.cfg.vocab_size) {
+            Some(&id) => Err(EngineError::TokenOutOfRange {
+                id,
+                vocab_size: self.cfg.vocab_size,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Normalized hidden states `[rows, hidden]` on the last device.
@@ -172,7 +239,10 @@ impl Model {
                 context_len: self.context_len(),
             });
         }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
+        if let Some(&id) = tokens
+            .iter()
+            .find(|&&id| id as usize >= self.cfg.vocab_size)
+        {
             return Err(EngineError::TokenOutOfRange {
                 id,
                 vocab_size: self.cfg.vocab_size,
@@ -192,7 +262,11 @@ impl Model {
                 Want::Last if done == tokens.len() => x.narrow(0, piece.len() - 1, 1)?,
                 Want::Last => continue,
             };
-            let normed = candle_nn::ops::rms_norm(&rows.contiguous()?, &self.norm, self.cfg.rms_norm_eps as f32)?;
+            let normed = candle_nn::ops::rms_norm(
+                &rows.contiguous()?,
+                &self.norm,
+                self.cfg.rms_norm_eps as f32,
+            )?;
             outputs.push(normed);
         }
         Ok(Tensor::cat(&outputs, 0)?)
@@ -201,41 +275,92 @@ impl Model {
     /// One chunk through every layer; returns the un-normed hidden states `[t, hidden]` on the
     /// last device and advances the cache.
     fn run_chunk(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        Ok(self.run_batch_chunk(&[tokens], &[0], cache)?.squeeze(0)?)
+    }
+
+    /// `rows` (equal lengths) at positions `cache.len()..` for a batch whose row `r` starts with
+    /// `pads[r]` padding positions; returns `[batch, t, hidden]` on the last device.
+    fn run_batch_chunk(
+        &self,
+        rows: &[&[u32]],
+        pads: &[usize],
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let pos = cache.len();
-        let t = tokens.len();
-        let ids = Tensor::new(tokens, self.embed.device())?;
-        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        let t = rows[0].len();
+        let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        let ids = Tensor::new(flat.as_slice(), self.embed.device())?;
+        let mut x =
+            self.embed
+                .index_select(&ids, 0)?
+                .reshape((rows.len(), t, self.cfg.hidden_size))?;
         let mut inputs: Option<ChunkInputs> = None;
         for (i, layer) in self.layers.iter().enumerate() {
             if !x.device().same_device(&layer.device) {
                 x = x.to_device(&layer.device)?;
             }
-            let stale = inputs.as_ref().is_none_or(|c| !c.device.same_device(&layer.device));
-            if stale {
-                inputs = Some(self.chunk_inputs(pos, t, &layer.device)?);
-            }
-            let Some(inp) = inputs.as_ref() else { unreachable!("set above") };
-            x = self.layer_forward(layer, i, &x, inp, cache)?;
+            // Rope tables and mask are rebuilt only where the split moves to another device.
+            let inp = match inputs.take() {
+                Some(c) if c.device.same_device(&layer.device) => c,
+                _ => self.chunk_inputs(pos, t, pads, &layer.device)?,
+            };
+            x = self.layer_forward(layer, i, &x, &inp, cache)?;
+            inputs = Some(inp);
         }
         cache.advance(t);
         let last = self.norm.device();
         if !x.device().same_device(last) {
             x = x.to_device(last)?;
         }
-        Ok(x.squeeze(0)?)
+        Ok(x)
     }
 
-    fn chunk_inputs(&self, pos: usize, t: usize, device: &Device) -> Result<ChunkInputs> {
+    fn chunk_inputs(
+        &self,
+        pos: usize,
+        t: usize,
+        pads: &[usize],
+        device: &Device,
+    ) -> Result<ChunkInputs> {
         let (cos, sin) = self.rope.tables(pos, t, self.dtype, device)?;
-        // Causal mask over the whole visible range: row i (position pos + i) sees keys 0..=pos + i.
-        let mask = if t > 1 {
-            let len = pos + t;
-            let data: Vec<f32> = (0..t)
-                .flat_map(|i| (0..len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-                .collect();
-            Some(Tensor::from_vec(data, (t, len), device)?.to_dtype(self.dtype)?)
+        let len = pos + t;
+        // Row i of a chunk (position pos + i) sees keys 0..=pos + i, minus its row's padding.
+        // A padding query still sees itself, so no softmax row is all -inf (NaN would leak
+        // into real rows through 0 * NaN in the value product).
+        let visible = |pad: usize, i: usize, j: usize| j <= pos + i && (j >= pad || j == pos + i);
+        let mask = if pads.iter().all(|&p| p == 0) {
+            if t > 1 {
+                let data: Vec<f32> = (0..t)
+                    .flat_map(|i| {
+                        (0..len).map(move |j| {
+                            if visible(0, i, j) {
+                                0.0
+                            } else {
+                                f32::NEG_INFINITY
+                            }
+                        })
+                    })
+                    .collect();
+                Some(Tensor::from_vec(data, (t, len), device)?)
+            } else {
+                None
+            }
         } else {
-            None
+            let data: Vec<f32> = pads
+                .iter()
+                .flat_map(|&pad| {
+                    (0..t).flat_map(move |i| {
+                        (0..len).map(move |j| {
+                            if visible(pad, i, j) {
+                                0.0
+                            } else {
+                                f32::NEG_INFINITY
+                            }
+                        })
+                    })
+                })
+                .collect();
+            Some(Tensor::from_vec(data, (pads.len(), 1, 1, t, len), device)?)
         };
         Ok(ChunkInputs {
             device: device.clone(),
@@ -245,15 +370,26 @@ impl Model {
         })
     }
 
-    fn layer_forward(&self, l: &Layer, idx: usize, x: &Tensor, inp: &ChunkInputs, cache: &mut KvCache) -> Result<Tensor> {
+    fn layer_forward(
+        &self,
+        l: &Layer,
+        idx: usize,
+        x: &Tensor,
+        inp: &ChunkInputs,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let eps = cfg.rms_norm_eps as f32;
-        let (_, t, _) = x.dims3()?;
-        let (n_head, n_kv, hd) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let (b, t, _) = x.dims3()?;
+        let (n_head, n_kv, hd) = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+        );
         let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
-        let q = l.q.forward(&h)?.reshape((1, t, n_head, hd))?;
-        let k = l.k.forward(&h)?.reshape((1, t, n_kv, hd))?;
-        let v = l.v.forward(&h)?.reshape((1, t, n_kv, hd))?;
+        let q = l.q.forward(&h)?.reshape((b, t, n_head, hd))?;
+        let k = l.k.forward(&h)?.reshape((b, t, n_kv, hd))?;
+        let v = l.v.forward(&h)?.reshape((b, t, n_kv, hd))?;
         let (q, k) = match (&l.q_norm, &l.k_norm) {
             (Some(qn), Some(kn)) => (
                 candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?,
@@ -261,28 +397,34 @@ impl Model {
             ),
             _ => (q, k),
         };
-        let q = self.rope.apply(&q.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
-        let k = self.rope.apply(&k.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
+        let q = self
+            .rope
+            .apply(&q.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
+        let k = self
+            .rope
+            .apply(&k.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
         let v = v.transpose(1, 2)?.contiguous()?;
         let (k_all, v_all) = cache.append(idx, &k, &v)?;
         let len = k_all.dim(2)?;
         let groups = n_head / n_kv;
         // Query head h uses KV head h / groups: heads of one group become extra rows.
-        let q = q.reshape((1, n_kv, groups * t, hd))?;
+        let q = q.reshape((b, n_kv, groups * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose ~0.4% per
+        // logit, which the exponential turns into visible attention errors.
+        let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
         if let Some(mask) = &inp.mask {
             scores = scores
-                .reshape((1, n_kv, groups, t, len))?
+                .reshape((b, n_kv, groups, t, len))?
                 .broadcast_add(mask)?
-                .reshape((1, n_kv, groups * t, len))?;
+                .reshape((b, n_kv, groups * t, len))?;
         }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
         let attn = probs
             .matmul(&v_all)?
-            .reshape((1, n_head, t, hd))?
+            .reshape((b, n_head, t, hd))?
             .transpose(1, 2)?
-            .reshape((1, t, n_head * hd))?;
+            .reshape((b, t, n_head * hd))?;
         let x = (x + l.o.forward(&attn)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
         let mlp = (candle_nn::ops::silu(&l.gate.forward(&h)?)? * l.up.forward(&h)?)?;
@@ -292,4 +434,10 @@ impl Model {
     pub fn architecture(&self) -> Architecture {
         self.cfg.architecture
     }
+}
+
+fn l2_normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
 }

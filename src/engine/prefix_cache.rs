@@ -65,7 +65,12 @@ impl PrefixCache {
         let limit = prompt.len().saturating_sub(1);
         let mut best: Option<(usize, usize)> = None;
         for (i, e) in self.entries.iter().enumerate() {
-            let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            let common = e
+                .tokens
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count();
             let reuse = common.min(limit) / chunk * chunk;
             // Ties go to the earliest entry, so the choice never depends on anything but order.
             if reuse > 0 && best.is_none_or(|(_, r)| reuse > r) {
@@ -90,7 +95,11 @@ impl PrefixCache {
         }
         let tokens = &tokens[..len];
         self.clock += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens.starts_with(tokens)) {
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.tokens.starts_with(tokens))
+        {
             e.last_used = self.clock;
             return Ok(());
         }
@@ -101,7 +110,11 @@ impl PrefixCache {
             .map(|t| t.elem_count() * t.dtype().size_in_bytes())
             .sum();
         if bytes > self.budget_bytes {
-            tracing::debug!(bytes, budget = self.budget_bytes, "prompt KV larger than the prefix-cache budget; not stored");
+            tracing::debug!(
+                bytes,
+                budget = self.budget_bytes,
+                "prompt KV larger than the prefix-cache budget; not stored"
+            );
             return Ok(());
         }
         self.entries.retain(|e| !tokens.starts_with(&e.tokens));

@@ -35,7 +35,11 @@ impl Rope {
             .collect();
         if let Some(s) = cfg.rope_scaling {
             let old_ctx = s.original_max_position_embeddings as f32;
-            let (factor, low, high) = (s.factor as f32, s.low_freq_factor as f32, s.high_freq_factor as f32);
+            let (factor, low, high) = (
+                s.factor as f32,
+                s.low_freq_factor as f32,
+                s.high_freq_factor as f32,
+            );
             let low_freq_wavelen = old_ctx / low;
             let high_freq_wavelen = old_ctx / high;
             for f in inv_freq.iter_mut() {
@@ -68,7 +72,13 @@ impl Rope {
     }
 
     /// cos and sin, each `[len, head_dim / 2]`, for positions `start..start + len`.
-    pub fn tables(&self, start: usize, len: usize, dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
+    pub fn tables(
+        &self,
+        start: usize,
+        len: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(len * half);
         let mut sin = Vec::with_capacity(len * half);

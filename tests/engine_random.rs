@@ -1,0 +1,94 @@
+//! Random-init models: deterministic per seed, and runnable end to end (used for benchmarks and
+//! agent-loop tests without weights).
+
+use tableseek::engine::{Config, DeviceMap, GenerateOptions, Generator, Model};
+
+fn tiny_config() -> Config {
+    let mut cfg = Config::preset("qwen3-0.6b").unwrap();
+    cfg.vocab_size = 300;
+    cfg.hidden_size = 32;
+    cfg.intermediate_size = 64;
+    cfg.num_hidden_layers = 3;
+    cfg.num_attention_heads = 4;
+    cfg.num_key_value_heads = 2;
+    cfg.head_dim = 8;
+    cfg
+}
+
+#[test]
+fn same_seed_same_weights() {
+    let cfg = tiny_config();
+    let prompt: Vec<u32> = (0..40).collect();
+    let run = |seed: u64, devices: &DeviceMap| -> Vec<f32> {
+        let model = Model::random(&cfg, seed, devices, None).unwrap();
+        model
+            .forward(&prompt, &mut model.new_cache())
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let cpu = DeviceMap::cpu();
+    let a = run(7, &cpu);
+    assert_eq!(a.len(), 300);
+    assert_eq!(a, run(7, &cpu));
+    assert_ne!(a, run(8, &cpu));
+    // The layer split moves layers, not numbers.
+    assert_eq!(
+        a,
+        run(7, &DeviceMap::parse("cpu,cpu,cpu", Some("1,1,1")).unwrap())
+    );
+}
+
+#[test]
+fn random_model_generates_with_stop_hook() {
+    let model = Model::random(&tiny_config(), 1, &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let opts = GenerateOptions {
+        max_new_tokens: 50,
+        ..Default::default()
+    };
+    let out = generator
+        .generate(&[1, 2, 3], &opts, |toks| toks.len() == 5)
+        .unwrap();
+    assert_eq!(out.tokens.len(), 5);
+    assert_eq!(out.stop_reason, tableseek::engine::StopReason::Hook);
+    // A mask that bans everything but token 42 forces it.
+    let mut only_42 = |_: &[u32], logits: &mut [f32]| {
+        for (i, l) in logits.iter_mut().enumerate() {
+            if i != 42 {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    };
+    let out = generator
+        .generate_masked(
+            &[1, 2, 3],
+            &GenerateOptions {
+                max_new_tokens: 3,
+                ..opts
+            },
+            Some(&mut only_42),
+            |_| false,
+        )
+        .unwrap();
+    assert_eq!(out.tokens, vec![42, 42, 42]);
+}
+
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    let mut cfg = tiny_config();
+    cfg.max_position_embeddings = 8;
+    let model = Model::random(&cfg, 3, &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let opts = GenerateOptions {
+        max_new_tokens: 10,
+        ..Default::default()
+    };
+    // Six prompt positions leave two to feed back; the token after them still comes from logits.
+    let out = generator.generate(&[1, 2, 3, 4, 5, 6], &opts, |_| false).unwrap();
+    assert_eq!(out.stop_reason, tableseek::engine::StopReason::ContextFull);
+    assert_eq!(out.tokens.len(), 3);
+    // A prompt exactly as long as the context still yields one token.
+    let out = generator.generate(&[1, 2, 3, 4, 5, 6, 7, 8], &opts, |_| false).unwrap();
+    assert_eq!(out.tokens.len(), 1);
+}

@@ -1,0 +1,91 @@
+//! The real model: SmolLM2-135M-Instruct Q4_1 (Llama architecture) must greedy-decode exactly the
+//! tokens llama.cpp produced (`../shared/reference/smollm2-greedy-llamacpp.json`).
+//! The GGUF is looked up at `models/smollm2-135m-instruct-q4_1.gguf` or `$TABLESEEK_SMOLLM2_GGUF`.
+
+use std::path::PathBuf;
+
+use tableseek::engine::{
+    DeviceMap, GenerateOptions, Generator, LoadOptions, Model, ModelSpec, StopReason,
+};
+
+fn shared() -> PathBuf {
+    std::env::var_os("TABLESEEK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+}
+
+fn gguf() -> PathBuf {
+    std::env::var_os("TABLESEEK_SMOLLM2_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/smollm2-135m-instruct-q4_1.gguf")
+        })
+}
+
+#[test]
+fn smollm2_q4_1_greedy_matches_llama_cpp() {
+    let (model_path, reference) = (
+        gguf(),
+        shared().join("reference/smollm2-greedy-llamacpp.json"),
+    );
+    if !model_path.exists() || !reference.exists() {
+        eprintln!(
+            "skipping: {} or {} not found",
+            model_path.display(),
+            reference.display()
+        );
+        return;
+    }
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
+    let as_ids = |key: &str| -> Vec<u32> {
+        reference[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let (prompt, expected) = (as_ids("prompt_token_ids"), as_ids("generated_token_ids"));
+    let eos = reference["eos_id"].as_u64().unwrap() as u32;
+
+    // Dense weights on CPU (fast prefill); they reproduce llama.cpp's tokens too.
+    let opts = LoadOptions {
+        dequantize: true,
+        ..Default::default()
+    };
+    let model = Model::load_with(
+        &ModelSpec::Path(model_path.clone()),
+        &DeviceMap::cpu(),
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(model.config().eos_token_ids, vec![eos]);
+    let mut generator = Generator::new(model);
+    let opts = GenerateOptions {
+        max_new_tokens: 64,
+        stop_token_ids: vec![eos],
+        ..Default::default()
+    };
+    let out = generator.generate(&prompt, &opts, |_| false).unwrap();
+    // llama.cpp's list ends with the EOS it stopped on; ours reports it as the stop reason.
+    assert_eq!(out.stop_reason, StopReason::StopToken(eos));
+    assert_eq!(out.tokens, expected[..expected.len() - 1]);
+    eprintln!("stats: {:?}", out.stats);
+
+    // Same prompt again: served from the prefix cache, same tokens.
+    let again = generator.generate(&prompt, &opts, |_| false).unwrap();
+    assert_eq!(again.tokens, out.tokens);
+    assert!(again.stats.cached_tokens > 0 || prompt.len() <= generator.model().prefill_chunk());
+
+    // The quantized kernels (Q4_1 x Q8_1, as llama.cpp computes): same tokens, first 8 only
+    // because candle's scalar Q4_1 kernel is slow.
+    let model = Model::load(&ModelSpec::Path(model_path), &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let short = GenerateOptions {
+        max_new_tokens: 8,
+        ..opts
+    };
+    let out = generator.generate(&prompt, &short, |_| false).unwrap();
+    assert_eq!(out.tokens, expected[..8]);
+}
