@@ -151,11 +151,12 @@ fn qwen3_gguf_rebuild_matches_tokenizer_json_and_transformers() {
 fn llama3_gguf_rebuild_matches_tokenizer_json() {
     let Some(dir) = hf_dir("llama3") else { return };
     let hf = Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
-    let gguf = Tokenizer::from_gguf(&gguf_content_from_tokenizer_json(
-        &dir.join("tokenizer.json"),
-        "llama-bpe",
-    ))
-    .unwrap();
+    let mut content = gguf_content_from_tokenizer_json(&dir.join("tokenizer.json"), "llama-bpe");
+    let bos = hf.token_id("<|begin_of_text|>").unwrap();
+    content
+        .metadata
+        .insert("tokenizer.ggml.bos_token_id".to_string(), Value::U32(bos));
+    let gguf = Tokenizer::from_gguf(&content).unwrap();
     assert_same_ids(
         &hf,
         &gguf,
@@ -164,5 +165,11 @@ fn llama3_gguf_rebuild_matches_tokenizer_json() {
     // Llama 3 groups digits by three.
     let ids = gguf.encode("1234567", true).unwrap();
     assert_eq!(ids.len(), 3, "{ids:?}");
+    // llama.cpp adds BOS for Llama 3 by default, as the tokenizer.json's post-processor does.
     assert!(gguf.add_bos());
+    for sample in SAMPLES {
+        let with_bos = gguf.encode_with_special_tokens(sample).unwrap();
+        assert_eq!(with_bos, hf.encode_with_special_tokens(sample).unwrap());
+        assert_eq!(with_bos[0], bos);
+    }
 }

@@ -9,8 +9,9 @@
 //!   byte-level BPE model from `tokenizer.ggml.tokens`/`merges`, llama.cpp's pre-tokenizer regexes
 //!   for `tokenizer.ggml.pre`, and control tokens as special added tokens.
 //!
-//! Encoding never adds BOS by itself: chat templates usually write it, and [`Tokenizer::add_bos`]
-//! tells callers that encode raw text whether the model expects one. Streaming decode, which must
+//! [`Tokenizer::encode`] never adds BOS: chat templates write it themselves.
+//! [`Tokenizer::encode_with_special_tokens`] adds what the model's tokenizer adds to raw text.
+//! Padding and truncation settings in a `tokenizer.json` are switched off. Streaming decode, which must
 //! not emit half a UTF-8 character, lives in [`TextStream`].
 
 mod gguf;
@@ -118,11 +119,20 @@ impl Tokenizer {
     /// `tokenizer_config.json` and `generation_config.json` in the same folder when present.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let inner =
+        let mut inner =
             tokenizers::Tokenizer::from_file(path).map_err(|source| TokenizerError::Load {
                 path: path.to_path_buf(),
                 source,
             })?;
+        // Lengths are the caller's business: a tokenizer.json's padding/truncation (MiniLM's pads
+        // every text to 128) would silently change what `encode` returns.
+        inner
+            .with_truncation(None)
+            .map_err(|source| TokenizerError::Load {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        inner.with_padding(None);
         let dir = path.parent().unwrap_or_else(|| Path::new("."));
         let mut special = SpecialIds::default();
         if let Some(config) = read_json_if_exists(&dir.join("tokenizer_config.json"))? {
@@ -197,6 +207,18 @@ impl Tokenizer {
         };
         let encoding = tokenizer
             .encode_fast(text, false)
+            .map_err(TokenizerError::Encode)?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Encodes `text` the way the model's own tokenizer does with `add_special_tokens=True`:
+    /// special-token texts become ids, and the post-processor adds its tokens (BOS for Llama 3,
+    /// `[CLS]`…`[SEP]` for BERT). Use it for raw text, not for chat-templated prompts, which
+    /// already carry BOS.
+    pub fn encode_with_special_tokens(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode_fast(text, true)
             .map_err(TokenizerError::Encode)?;
         Ok(encoding.get_ids().to_vec())
     }
