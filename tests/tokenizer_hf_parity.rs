@@ -200,6 +200,8 @@ fn llama3_gguf_rebuild_matches_tokenizer_json() {
     assert_eq!(ids.len(), 3, "{ids:?}");
     // llama.cpp adds BOS for Llama 3 by default, as the tokenizer.json's post-processor does.
     assert!(gguf.add_bos());
+    assert!(hf.add_bos());
+    assert_eq!(hf.bos_token(), Some((bos, "<|begin_of_text|>".to_string())));
     for sample in SAMPLES {
         let with_bos = gguf.encode_with_special_tokens(sample).unwrap();
         assert_eq!(with_bos, hf.encode_with_special_tokens(sample).unwrap());

@@ -115,7 +115,7 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS ids and `add_bos_token` come from a
+    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS/padding ids come from a
     /// `tokenizer_config.json` and `generation_config.json` in the same folder when present.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
@@ -147,10 +147,6 @@ impl Tokenizer {
             if let Some(eos) = id_of("eos_token") {
                 special.push_eos(eos);
             }
-            special.add_bos = config
-                .get("add_bos_token")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false);
         }
         if let Some(config) = read_json_if_exists(&dir.join("generation_config.json"))? {
             for id in json_ids(config.get("eos_token_id")) {
@@ -160,6 +156,13 @@ impl Tokenizer {
                 special.bos = json_ids(config.get("bos_token_id")).into_iter().next();
             }
         }
+        // `add_bos_token` in tokenizer_config.json is only an input to the post-processor, and is
+        // often absent (Llama 3); what `encode_with_special_tokens` does is the truth.
+        special.add_bos = special.bos.is_some_and(|bos| {
+            inner
+                .encode_fast("", true)
+                .is_ok_and(|probe| probe.get_ids().first() == Some(&bos))
+        });
         let vocab_size = inner.get_vocab_size(true);
         Ok(Self::assemble(inner, special, vocab_size))
     }
@@ -268,7 +271,8 @@ impl Tokenizer {
         self.special.pad
     }
 
-    /// Whether the model expects BOS in front of raw (untemplated) text.
+    /// Whether the model expects BOS in front of raw (untemplated) text, i.e. whether
+    /// [`Tokenizer::encode_with_special_tokens`] adds it.
     pub fn add_bos(&self) -> bool {
         self.special.add_bos
     }
