@@ -377,6 +377,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn chat_template_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ChatTemplate>();
+    }
+
+    #[test]
     fn strftime_formats_the_fixed_date() {
         assert_eq!(FIXED_DATE.strftime("%d %b %Y").unwrap(), "26 Jul 2024");
         assert_eq!(

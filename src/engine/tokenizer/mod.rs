@@ -325,3 +325,24 @@ fn json_ids(value: Option<&serde_json::Value>) -> Vec<u32> {
         None => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Tokenizer>();
+        assert_send_sync::<TextStream>();
+    }
+
+    #[test]
+    fn generation_config_ids_are_a_number_or_a_list() {
+        let one = serde_json::json!(7);
+        let many = serde_json::json!([7, 9, -1]);
+        assert_eq!(json_ids(Some(&one)), [7]);
+        assert_eq!(json_ids(Some(&many)), [7, 9]);
+        assert!(json_ids(None).is_empty());
+    }
+}
