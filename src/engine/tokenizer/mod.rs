@@ -9,8 +9,9 @@
 //!   byte-level BPE model from `tokenizer.ggml.tokens`/`merges`, llama.cpp's pre-tokenizer regexes
 //!   for `tokenizer.ggml.pre`, and control tokens as special added tokens.
 //!
-//! Encoding never adds BOS by itself: chat templates usually write it, and [`Tokenizer::add_bos`]
-//! tells callers that encode raw text whether the model expects one. Streaming decode, which must
+//! [`Tokenizer::encode`] never adds BOS: chat templates write it themselves.
+//! [`Tokenizer::encode_with_special_tokens`] adds what the model's tokenizer adds to raw text.
+//! Padding and truncation settings in a `tokenizer.json` are switched off. Streaming decode, which must
 //! not emit half a UTF-8 character, lives in [`TextStream`].
 
 mod gguf;
@@ -114,15 +115,24 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS ids and `add_bos_token` come from a
+    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS/padding ids come from a
     /// `tokenizer_config.json` and `generation_config.json` in the same folder when present.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let inner =
+        let mut inner =
             tokenizers::Tokenizer::from_file(path).map_err(|source| TokenizerError::Load {
                 path: path.to_path_buf(),
                 source,
             })?;
+        // Lengths are the caller's business: a tokenizer.json's padding/truncation (MiniLM's pads
+        // every text to 128) would silently change what `encode` returns.
+        inner
+            .with_truncation(None)
+            .map_err(|source| TokenizerError::Load {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        inner.with_padding(None);
         let dir = path.parent().unwrap_or_else(|| Path::new("."));
         let mut special = SpecialIds::default();
         if let Some(config) = read_json_if_exists(&dir.join("tokenizer_config.json"))? {
@@ -137,10 +147,6 @@ impl Tokenizer {
             if let Some(eos) = id_of("eos_token") {
                 special.push_eos(eos);
             }
-            special.add_bos = config
-                .get("add_bos_token")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false);
         }
         if let Some(config) = read_json_if_exists(&dir.join("generation_config.json"))? {
             for id in json_ids(config.get("eos_token_id")) {
@@ -150,6 +156,13 @@ impl Tokenizer {
                 special.bos = json_ids(config.get("bos_token_id")).into_iter().next();
             }
         }
+        // `add_bos_token` in tokenizer_config.json is only an input to the post-processor, and is
+        // often absent (Llama 3); what `encode_with_special_tokens` does is the truth.
+        special.add_bos = special.bos.is_some_and(|bos| {
+            inner
+                .encode_fast("", true)
+                .is_ok_and(|probe| probe.get_ids().first() == Some(&bos))
+        });
         let vocab_size = inner.get_vocab_size(true);
         Ok(Self::assemble(inner, special, vocab_size))
     }
@@ -201,6 +214,18 @@ impl Tokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// Encodes `text` the way the model's own tokenizer does with `add_special_tokens=True`:
+    /// special-token texts become ids, and the post-processor adds its tokens (BOS for Llama 3,
+    /// `[CLS]`…`[SEP]` for BERT). Use it for raw text, not for chat-templated prompts, which
+    /// already carry BOS.
+    pub fn encode_with_special_tokens(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode_fast(text, true)
+            .map_err(TokenizerError::Encode)?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
     /// Decodes `ids` to text; `skip_special` drops special (control) tokens such as EOS.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
@@ -246,7 +271,8 @@ impl Tokenizer {
         self.special.pad
     }
 
-    /// Whether the model expects BOS in front of raw (untemplated) text.
+    /// Whether the model expects BOS in front of raw (untemplated) text, i.e. whether
+    /// [`Tokenizer::encode_with_special_tokens`] adds it.
     pub fn add_bos(&self) -> bool {
         self.special.add_bos
     }
@@ -297,5 +323,26 @@ fn json_ids(value: Option<&serde_json::Value>) -> Vec<u32> {
         Some(serde_json::Value::Array(items)) => items.iter().filter_map(as_id).collect(),
         Some(v) => as_id(v).into_iter().collect(),
         None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Tokenizer>();
+        assert_send_sync::<TextStream>();
+    }
+
+    #[test]
+    fn generation_config_ids_are_a_number_or_a_list() {
+        let one = serde_json::json!(7);
+        let many = serde_json::json!([7, 9, -1]);
+        assert_eq!(json_ids(Some(&one)), [7]);
+        assert_eq!(json_ids(Some(&many)), [7, 9]);
+        assert!(json_ids(None).is_empty());
     }
 }
