@@ -32,6 +32,7 @@
 //! # Ok::<(), tableseek::agent::AgentError>(())
 //! ```
 
+mod adapters;
 mod config;
 pub mod parse;
 pub mod prompts;
@@ -41,6 +42,7 @@ mod trajectory;
 
 use serde::{Deserialize, Serialize};
 
+pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
     Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
 };

@@ -22,6 +22,27 @@ pub enum StepKind {
     QaFallback,
 }
 
+impl StepKind {
+    /// The name used in trajectories (`pattern-gen`, `refine-select`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::PatternGen => "pattern-gen",
+            StepKind::RefineSelect => "refine-select",
+            StepKind::RefineRegenerate => "refine-regenerate",
+            StepKind::RefineRerank => "refine-rerank",
+            StepKind::RefineNone => "refine-none",
+            StepKind::Qa => "qa",
+            StepKind::QaFallback => "qa-fallback",
+        }
+    }
+}
+
+impl std::fmt::Display for StepKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a refine call ended refinement without a selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

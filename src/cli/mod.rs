@@ -1,5 +1,6 @@
 use clap::{Parser, Subcommand};
 
+mod ask;
 mod corpus;
 mod generate;
 mod grep;
@@ -26,6 +27,8 @@ pub enum Command {
     Corpus(corpus::CorpusCommand),
     /// Rank the tables of a corpus by the share of patterns they contain, with previews.
     Grep(grep::GrepArgs),
+    /// Find the table that answers a question (or verifies a claim) and answer it.
+    Ask(ask::AskArgs),
     /// One greedy reply from a chat model (scriptable; --json prints ids and counters).
     Generate(generate::GenerateArgs),
     /// Talk to a model interactively.
@@ -51,6 +54,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(cmd) => corpus::run(cmd),
         Command::Grep(args) => grep::run(args),
+        Command::Ask(args) => ask::run(args),
         Command::Generate(args) => generate::run_generate(args),
         Command::Chat(args) => generate::run_chat(args),
     }

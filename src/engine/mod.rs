@@ -33,5 +33,5 @@ pub mod session;
 pub mod tokenizer;
 
 pub use chat::{strip_thinking, ChatMessage, ChatTemplate, ChatTemplateError, TemplateOptions};
-pub use tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer, TokenizerError};
 pub use session::{ChatModel, ChatModelOptions, ChatOptions, ChatOutput};
+pub use tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer, TokenizerError};

@@ -71,6 +71,7 @@ pub struct ChatOutput {
     /// The templated prompt text, as tokenized.
     pub prompt: String,
     pub prompt_token_ids: Vec<u32>,
+    /// Every generated id, the stop token included when one ended generation.
     pub generated_token_ids: Vec<u32>,
     /// Everything the model wrote (up to a stop string), thinking included.
     pub raw_text: String,
@@ -128,7 +129,11 @@ impl ChatModel {
     }
 
     /// The prompt text the template makes of `messages`, ending with the assistant header.
-    pub fn render(&self, messages: &[ChatMessage], enable_thinking: Option<bool>) -> Result<String> {
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        enable_thinking: Option<bool>,
+    ) -> Result<String> {
         let options = TemplateOptions {
             add_generation_prompt: true,
             enable_thinking,
@@ -205,10 +210,15 @@ impl ChatModel {
             raw_text.truncate(at);
         }
         let (thinking, text) = strip_thinking(&raw_text);
+        // The stop token was generated too: report it, as llama.cpp does, so ids compare 1:1.
+        let mut generated_token_ids = output.tokens;
+        if let StopReason::StopToken(id) = output.stop_reason {
+            generated_token_ids.push(id);
+        }
         Ok(ChatOutput {
             prompt,
             prompt_token_ids,
-            generated_token_ids: output.tokens,
+            generated_token_ids,
             raw_text,
             thinking,
             text,
