@@ -31,9 +31,9 @@ pub struct AgentArgs {
     /// `full` keeps refine rounds in one conversation (more KV reuse); `none` is the paper's.
     #[arg(long, default_value = "none")]
     pub history: History,
-    /// Per call; thinking models need thousands.
-    #[arg(long, default_value_t = 8192)]
-    pub max_new_tokens: usize,
+    /// New tokens per call; default 8192 for thinking models (Qwen3), 512 for others.
+    #[arg(long)]
+    pub max_new_tokens: Option<usize>,
     /// For thinking models (Qwen3): true or false; default is the template's.
     #[arg(long)]
     pub enable_thinking: Option<bool>,
@@ -58,7 +58,8 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    pub fn config(&self) -> anyhow::Result<AgentConfig> {
+    /// `default_max_new_tokens` comes from the loaded model (see `ChatModel::default_max_new_tokens`).
+    pub fn config(&self, default_max_new_tokens: usize) -> anyhow::Result<AgentConfig> {
         let ablations = Ablations {
             no_refine: self.no_refine,
             no_fallback: self.no_fallback,
@@ -74,7 +75,7 @@ impl AgentArgs {
             .evidence(self.evidence)
             .fallback_tables(self.fallback_tables)
             .history(self.history)
-            .max_new_tokens(self.max_new_tokens)
+            .max_new_tokens(self.max_new_tokens.unwrap_or(default_max_new_tokens))
             .ablations(ablations)
             .build()?)
     }
@@ -100,7 +101,8 @@ pub struct AskArgs {
 }
 
 pub fn run(args: AskArgs) -> anyhow::Result<()> {
-    let config = args.agent.config()?;
+    // Bad flags should fail before the slow parts (corpus and model loading).
+    args.agent.config(1)?;
     let (corpus, report) = Corpus::load(&args.corpus, &LoadOptions::default())
         .with_context(|| format!("loading corpus {}", args.corpus.display()))?;
     for skipped in &report.skipped {
@@ -108,7 +110,7 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!corpus.is_empty(), "no tables in {}", args.corpus.display());
     let mut model = args.model.load()?;
-    let agent = Agent::new(config)?;
+    let agent = Agent::new(args.agent.config(model.default_max_new_tokens())?)?;
     let space = CorpusSpace::new(&corpus);
     let mut llm = EngineLlm::new(&mut model).enable_thinking(args.agent.enable_thinking);
     let mut trajectory = agent.run(&mut llm, &space, &args.query)?;

@@ -215,6 +215,15 @@ impl ChatTemplate {
         Self::new(source, special("bos_token"), special("eos_token"))
     }
 
+    /// Whether the template knows about reasoning blocks (Qwen3 and other thinking models), which
+    /// need a large new-token budget.
+    pub fn supports_thinking(&self) -> bool {
+        self.env
+            .get_template(TEMPLATE_NAME)
+            .map(|t| t.source().contains("<think>") || t.source().contains("enable_thinking"))
+            .unwrap_or(false)
+    }
+
     /// Renders `messages` into prompt text.
     pub fn render(&self, messages: &[ChatMessage], options: &TemplateOptions) -> Result<String> {
         let mut context: BTreeMap<&str, Value> = BTreeMap::new();

@@ -116,6 +116,22 @@ impl ChatModel {
         })
     }
 
+    /// Whether the chat template has a reasoning mode (see [`ChatTemplate::supports_thinking`]).
+    pub fn supports_thinking(&self) -> bool {
+        self.template.supports_thinking()
+    }
+
+    /// A new-token budget per call that fits the model: thinking models get the method's 8,192;
+    /// others answer in a few hundred tokens, and a small model that starts repeating itself
+    /// should not burn thousands of steps.
+    pub fn default_max_new_tokens(&self) -> usize {
+        if self.supports_thinking() {
+            8192
+        } else {
+            512
+        }
+    }
+
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }
