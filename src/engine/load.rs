@@ -424,6 +424,13 @@ impl GgufWeights {
 fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, dequantize: bool) -> Result<Model> {
     let content = read_gguf(path)?;
     let mut cfg = Config::from_gguf(&content.metadata, &path.display().to_string())?;
+    // The embedding table is the authority on the vocabulary size: Qwen GGUFs pad it beyond the
+    // tokenizer's list and do not always write `{arch}.vocab_size`.
+    if let Some(info) = content.tensor_infos.get("token_embd.weight") {
+        if let [rows, _] = info.shape.dims() {
+            cfg.vocab_size = *rows;
+        }
+    }
     let file = File::open(path).map_err(io_err(path))?;
     let w = GgufWeights {
         content,

@@ -3,10 +3,25 @@
 //!
 //! - [`config`]: hyper-parameters from HF `config.json`, GGUF metadata, or presets.
 //! - [`load`]: building a [`Model`] from a checkpoint directory, a GGUF file, or random weights.
-//! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill.
+//! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill, plus batched last-token
+//!   hidden states for embedding and reranker heads.
 //! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
 //! - [`generate`]: greedy decoding with stop conditions and a logits hook.
 //! - [`device`]: device specs and layer split.
+//!
+//! ```no_run
+//! use tableseek::engine::{DeviceMap, GenerateOptions, Generator, Model, ModelSpec};
+//! # fn main() -> Result<(), tableseek::engine::EngineError> {
+//! let devices = DeviceMap::parse("cpu", None)?;
+//! let model = Model::load(&ModelSpec::Path("models/smollm2-135m-instruct-q4_1.gguf".into()), &devices, None)?;
+//! let eos = model.config().eos_token_ids.clone();
+//! let mut generator = Generator::new(model);
+//! let opts = GenerateOptions { max_new_tokens: 64, stop_token_ids: eos, ..Default::default() };
+//! let out = generator.generate(&[1, 9690, 198], &opts, |_generated| false)?;
+//! println!("{:?} {:?}", out.tokens, out.stats);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod config;
 pub mod device;
