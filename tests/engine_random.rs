@@ -85,10 +85,14 @@ fn generation_stops_when_the_context_is_full() {
         ..Default::default()
     };
     // Six prompt positions leave two to feed back; the token after them still comes from logits.
-    let out = generator.generate(&[1, 2, 3, 4, 5, 6], &opts, |_| false).unwrap();
+    let out = generator
+        .generate(&[1, 2, 3, 4, 5, 6], &opts, |_| false)
+        .unwrap();
     assert_eq!(out.stop_reason, tableseek::engine::StopReason::ContextFull);
     assert_eq!(out.tokens.len(), 3);
     // A prompt exactly as long as the context still yields one token.
-    let out = generator.generate(&[1, 2, 3, 4, 5, 6, 7, 8], &opts, |_| false).unwrap();
+    let out = generator
+        .generate(&[1, 2, 3, 4, 5, 6, 7, 8], &opts, |_| false)
+        .unwrap();
     assert_eq!(out.tokens.len(), 1);
 }
