@@ -96,3 +96,36 @@ fn generation_stops_when_the_context_is_full() {
         .unwrap();
     assert_eq!(out.tokens.len(), 1);
 }
+
+#[test]
+fn stop_tokens_end_generation_and_are_not_returned() {
+    let model = Model::random(&tiny_config(), 5, &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let free = generator
+        .generate(
+            &[10, 20, 30],
+            &GenerateOptions {
+                max_new_tokens: 12,
+                ..Default::default()
+            },
+            |_| false,
+        )
+        .unwrap();
+    let stop_at = free
+        .tokens
+        .iter()
+        .position(|&t| t == free.tokens[3])
+        .unwrap();
+    let opts = GenerateOptions {
+        max_new_tokens: 12,
+        stop_token_ids: vec![free.tokens[3]],
+        ..Default::default()
+    };
+    let stopped = generator.generate(&[10, 20, 30], &opts, |_| false).unwrap();
+    assert_eq!(stopped.tokens, free.tokens[..stop_at]);
+    assert_eq!(
+        stopped.stop_reason,
+        tableseek::engine::StopReason::StopToken(free.tokens[3])
+    );
+    assert_eq!(stopped.stats.generated_tokens, stop_at);
+}
