@@ -1,5 +1,6 @@
 //! Rough CPU speed of a GGUF model: prefill of N tokens and greedy decode of M tokens.
-//! `cargo run --release --example engine_bench -- MODEL.gguf [N] [M] [dense]`
+//! `cargo run --release --example engine_bench -- MODEL [N] [M] [dense]`, where MODEL is a GGUF
+//! file, an HF checkpoint directory, or `random:PRESET` (e.g. `random:qwen3-0.6b`).
 //! (`dense`: dequantize the weights at load time, see `LoadOptions::dequantize`).
 use std::time::Instant;
 
@@ -16,7 +17,16 @@ fn main() -> anyhow::Result<()> {
         dequantize: args.get(4).is_some_and(|a| a == "dense"),
         ..Default::default()
     };
-    let model = Model::load_with(&ModelSpec::Path(path.into()), &DeviceMap::cpu(), &opts)?;
+    let spec = match path.strip_prefix("random:") {
+        Some(preset) => ModelSpec::Random {
+            preset: preset.to_string(),
+            seed: 0,
+        },
+        None => ModelSpec::Path(path.into()),
+    };
+    let t = Instant::now();
+    let model = Model::load_with(&spec, &DeviceMap::cpu(), &opts)?;
+    println!("loaded in {:.1} s", t.elapsed().as_secs_f64());
     let prompt: Vec<u32> = (0..n as u32).map(|i| 100 + (i * 37) % 5000).collect();
     let mut cache = model.new_cache();
     let t = Instant::now();
