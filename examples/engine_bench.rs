@@ -1,10 +1,10 @@
 //! Rough CPU speed of a GGUF model: prefill of N tokens and greedy decode of M tokens.
 //! `cargo run --release --example engine_bench -- MODEL [N] [M] [dense]`, where MODEL is a GGUF
 //! file, an HF checkpoint directory, or `random:PRESET` (e.g. `random:qwen3-0.6b`).
-//! (`dense`: dequantize the weights at load time, see `LoadOptions::dequantize`).
+//! (`dense` / `dense-q8`: see `QuantizedWeights`).
 use std::time::Instant;
 
-use tableseek::engine::{DeviceMap, LoadOptions, Model, ModelSpec};
+use tableseek::engine::{DeviceMap, LoadOptions, Model, ModelSpec, QuantizedWeights};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -14,7 +14,11 @@ fn main() -> anyhow::Result<()> {
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let m: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(32);
     let opts = LoadOptions {
-        dequantize: args.get(4).is_some_and(|a| a == "dense"),
+        quantized: match args.get(4).map(String::as_str) {
+            Some("dense") => QuantizedWeights::Dense,
+            Some("dense-q8") => QuantizedWeights::DenseWithQ8Decode,
+            _ => QuantizedWeights::AsStored,
+        },
         ..Default::default()
     };
     let spec = match path.strip_prefix("random:") {

@@ -28,16 +28,31 @@ pub enum ModelSpec {
     Random { preset: String, seed: u64 },
 }
 
+/// How block-quantized GGUF weights are held in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QuantizedWeights {
+    /// As stored, multiplied by candle's quantized kernels (activations quantized to 8 bits, as
+    /// llama.cpp does). Least memory; slow on CPU for types without a SIMD kernel (Q4_1).
+    #[default]
+    AsStored,
+    /// Expanded to dense `dtype` at load: prefill runs as a real GEMM, weights are exact, memory
+    /// grows 8x for 4-bit types.
+    Dense,
+    /// `Dense` for prefill, plus a Q8_0 copy (re-quantized from the exact weights) for
+    /// single-row products, i.e. decoding, which is memory-bound. The fastest CPU setting for
+    /// small models; the Q8_0 copy changes decode logits slightly.
+    DenseWithQ8Decode,
+}
+
 /// Loading settings beyond the weights' location and devices.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadOptions {
     /// Activation, KV and dense-weight dtype; defaults to the device map's (f32 CPU, bf16 CUDA).
     pub dtype: Option<DType>,
-    /// Expand block-quantized GGUF weights to dense `dtype` at load time. On CPU this trades
-    /// memory (8x for 4-bit) for speed: candle has no SIMD kernel for some types (Q4_1), and
-    /// dense prefill uses a real GEMM instead of one dot product per row (SmolLM2 Q4_1 on two
-    /// threads: 8 → 67 prompt tokens/s, with the same greedy tokens as llama.cpp).
-    pub dequantize: bool,
+    /// GGUF only. Measured for SmolLM2-135M Q4_1 on this 2-core machine, one thread (busy
+    /// machine, rough): as stored ~7 prompt / 5 generated tokens/s; dense ~52 / 5;
+    /// dense + Q8_0 decode ~52 / 13. All three reproduce llama.cpp's 40 greedy tokens.
+    pub quantized: QuantizedWeights,
     /// Prefill chunk; [`DEFAULT_PREFILL_CHUNK`] when `None`.
     pub prefill_chunk: Option<usize>,
 }
@@ -61,7 +76,7 @@ impl Model {
         let mut model = match spec {
             ModelSpec::Path(path) if path.is_dir() => load_hf(path, devices, dtype)?,
             ModelSpec::Path(path) if path.exists() => {
-                load_gguf(path, devices, dtype, opts.dequantize)?
+                load_gguf(path, devices, dtype, opts.quantized)?
             }
             ModelSpec::Path(path) => {
                 return Err(EngineError::MissingWeights { path: path.clone() })
@@ -369,7 +384,7 @@ struct GgufWeights {
     content: gguf_file::Content,
     file: std::cell::RefCell<File>,
     dtype: DType,
-    dequantize: bool,
+    quantized: QuantizedWeights,
 }
 
 impl GgufWeights {
@@ -407,10 +422,17 @@ impl GgufWeights {
 
     fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
         let q = self.qtensor(name, &[out, inp], device)?;
-        if self.dequantize {
-            return Ok(Linear::new(QMatMul::Tensor(
-                q.dequantize(device)?.to_dtype(self.dtype)?,
-            )));
+        let block_quantized =
+            !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        if block_quantized && self.quantized != QuantizedWeights::AsStored {
+            let dense = q.dequantize(device)?;
+            let exact = QMatMul::Tensor(dense.to_dtype(self.dtype)?);
+            let q8_fits = inp.is_multiple_of(GgmlDType::Q8_0.block_size());
+            if self.quantized == QuantizedWeights::DenseWithQ8Decode && q8_fits {
+                let q8 = QTensor::quantize(&dense, GgmlDType::Q8_0)?;
+                return Ok(Linear::with_single_row(exact, QMatMul::from_qtensor(q8)?));
+            }
+            return Ok(Linear::new(exact));
         }
         let mm = QMatMul::from_arc(Arc::new(q))?;
         // F32/F16 weights come back dense in their own dtype; run them in the activation dtype.
@@ -421,7 +443,12 @@ impl GgufWeights {
     }
 }
 
-fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, dequantize: bool) -> Result<Model> {
+fn load_gguf(
+    path: &Path,
+    devices: &DeviceMap,
+    dtype: DType,
+    quantized: QuantizedWeights,
+) -> Result<Model> {
     let content = read_gguf(path)?;
     let mut cfg = Config::from_gguf(&content.metadata, &path.display().to_string())?;
     // The embedding table is the authority on the vocabulary size: Qwen GGUFs pad it beyond the
@@ -436,7 +463,7 @@ fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, dequantize: bool) -
         content,
         file: std::cell::RefCell::new(file),
         dtype,
-        dequantize,
+        quantized,
     };
     let (h, kvd, qd, ff) = (
         cfg.hidden_size,

@@ -38,6 +38,6 @@ pub use device::DeviceMap;
 pub use error::EngineError;
 pub use generate::{CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason};
 pub use kv_cache::KvCache;
-pub use load::{read_gguf, LoadOptions, ModelSpec};
+pub use load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
 pub use model::Model;
 pub use prefix_cache::PrefixCache;
