@@ -206,8 +206,8 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Checks that each shard exists and that its header matches its length.
 fn validate_safetensors(path: &Path) -> Result<()> {
     let file = File::open(path).map_err(io_err(path))?;
-    // SAFETY: read-only map of a file we do not modify; a concurrent writer would be a user error
-    // that at worst yields garbage weights, never unsoundness in our code, since bytes are copied.
+    // SAFETY: a read-only map that only lives for this header check; the file must not be
+    // truncated meanwhile, the usual mmap caveat for weight files.
     let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
     safetensors::SafeTensors::deserialize(&mmap).map_err(|e| EngineError::TruncatedWeights {
         path: path.to_path_buf(),
@@ -257,7 +257,8 @@ fn load_hf(dir: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
     for p in &paths {
         validate_safetensors(p)?;
     }
-    // SAFETY: as in `validate_safetensors`; the maps live as long as the tensors loaded from them.
+    // SAFETY: as in `validate_safetensors`; tensors are copied out of the maps, which are dropped
+    // when loading ends.
     let st = unsafe { MmapedSafetensors::multi(&paths) }?;
     let names = st.tensors().into_iter().map(|(n, _)| n).collect();
     let w = StWeights { st, names, dtype };
