@@ -21,13 +21,7 @@ fn main() -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    let spec = match path.strip_prefix("random:") {
-        Some(preset) => ModelSpec::Random {
-            preset: preset.to_string(),
-            seed: 0,
-        },
-        None => ModelSpec::Path(path.into()),
-    };
+    let spec = ModelSpec::parse(path)?;
     let t = Instant::now();
     let model = Model::load_with(&spec, &DeviceMap::cpu(), &opts)?;
     println!("loaded in {:.1} s", t.elapsed().as_secs_f64());

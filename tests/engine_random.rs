@@ -184,3 +184,30 @@ fn long_prompt_prefix_reuse_is_bitwise_exact() {
         .unwrap();
     assert_eq!(cached_logits, scratch_logits);
 }
+
+#[test]
+fn model_spec_parsing() {
+    use tableseek::engine::{EngineError, ModelSpec};
+    assert_eq!(
+        ModelSpec::parse("random:qwen3-0.6b:7").unwrap(),
+        ModelSpec::Random {
+            preset: "qwen3-0.6b".into(),
+            seed: 7
+        }
+    );
+    assert_eq!(
+        ModelSpec::parse("random:llama-3.1-8b").unwrap(),
+        ModelSpec::Random {
+            preset: "llama-3.1-8b".into(),
+            seed: 0
+        }
+    );
+    assert!(matches!(
+        ModelSpec::parse("random:gpt-j"),
+        Err(EngineError::UnknownPreset(_))
+    ));
+    assert_eq!(
+        ModelSpec::parse("models/x.gguf").unwrap(),
+        ModelSpec::Path("models/x.gguf".into())
+    );
+}

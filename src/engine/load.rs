@@ -28,6 +28,28 @@ pub enum ModelSpec {
     Random { preset: String, seed: u64 },
 }
 
+impl ModelSpec {
+    /// `random:PRESET` or `random:PRESET:SEED` (seed 0 by default), anything else a path.
+    pub fn parse(text: &str) -> Result<Self> {
+        let Some(rest) = text.strip_prefix("random:") else {
+            return Ok(Self::Path(PathBuf::from(text)));
+        };
+        let (preset, seed) = match rest.split_once(':') {
+            Some((preset, seed)) => (
+                preset,
+                seed.parse()
+                    .map_err(|_| EngineError::UnknownPreset(rest.to_string()))?,
+            ),
+            None => (rest, 0),
+        };
+        Config::preset(preset)?;
+        Ok(Self::Random {
+            preset: preset.to_string(),
+            seed,
+        })
+    }
+}
+
 /// How block-quantized GGUF weights are held in memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum QuantizedWeights {

@@ -34,7 +34,7 @@ pub mod prefix_cache;
 pub mod rope;
 
 pub use config::{Architecture, Config};
-pub use device::DeviceMap;
+pub use device::{parse_dtype, DeviceMap};
 pub use error::EngineError;
 pub use generate::{CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason};
 pub use kv_cache::KvCache;
