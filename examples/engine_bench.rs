@@ -1,9 +1,10 @@
 //! Rough CPU speed of a GGUF model: prefill of N tokens and greedy decode of M tokens.
-//! `cargo run --release --example engine_bench -- MODEL.gguf [N] [M] [dense]`
-//! (`dense`: dequantize the weights at load time, see `LoadOptions::dequantize`).
+//! `cargo run --release --example engine_bench -- MODEL [N] [M] [dense]`, where MODEL is a GGUF
+//! file, an HF checkpoint directory, or `random:PRESET` (e.g. `random:qwen3-0.6b`).
+//! (`dense` / `dense-q8`: see `QuantizedWeights`).
 use std::time::Instant;
 
-use tableseek::engine::{DeviceMap, LoadOptions, Model, ModelSpec};
+use tableseek::engine::{DeviceMap, LoadOptions, Model, ModelSpec, QuantizedWeights};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -13,10 +14,17 @@ fn main() -> anyhow::Result<()> {
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let m: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(32);
     let opts = LoadOptions {
-        dequantize: args.get(4).is_some_and(|a| a == "dense"),
+        quantized: match args.get(4).map(String::as_str) {
+            Some("dense") => QuantizedWeights::Dense,
+            Some("dense-q8") => QuantizedWeights::DenseWithQ8Decode,
+            _ => QuantizedWeights::AsStored,
+        },
         ..Default::default()
     };
-    let model = Model::load_with(&ModelSpec::Path(path.into()), &DeviceMap::cpu(), &opts)?;
+    let spec = ModelSpec::parse(path)?;
+    let t = Instant::now();
+    let model = Model::load_with(&spec, &DeviceMap::cpu(), &opts)?;
+    println!("loaded in {:.1} s", t.elapsed().as_secs_f64());
     let prompt: Vec<u32> = (0..n as u32).map(|i| 100 + (i * 37) % 5000).collect();
     let mut cache = model.new_cache();
     let t = Instant::now();

@@ -96,3 +96,118 @@ fn generation_stops_when_the_context_is_full() {
         .unwrap();
     assert_eq!(out.tokens.len(), 1);
 }
+
+#[test]
+fn stop_tokens_end_generation_and_are_not_returned() {
+    let model = Model::random(&tiny_config(), 5, &DeviceMap::cpu(), None).unwrap();
+    let mut generator = Generator::new(model);
+    let free = generator
+        .generate(
+            &[10, 20, 30],
+            &GenerateOptions {
+                max_new_tokens: 12,
+                ..Default::default()
+            },
+            |_| false,
+        )
+        .unwrap();
+    let stop_at = free
+        .tokens
+        .iter()
+        .position(|&t| t == free.tokens[3])
+        .unwrap();
+    let opts = GenerateOptions {
+        max_new_tokens: 12,
+        stop_token_ids: vec![free.tokens[3]],
+        ..Default::default()
+    };
+    let stopped = generator.generate(&[10, 20, 30], &opts, |_| false).unwrap();
+    assert_eq!(stopped.tokens, free.tokens[..stop_at]);
+    assert_eq!(
+        stopped.stop_reason,
+        tableseek::engine::StopReason::StopToken(free.tokens[3])
+    );
+    assert_eq!(stopped.stats.generated_tokens, stop_at);
+}
+
+/// Prefix reuse stays bitwise exact across KV buffer regrowth (256 → 512 → 1024 positions)
+/// and a layer split.
+#[test]
+fn long_prompt_prefix_reuse_is_bitwise_exact() {
+    let mut cfg = tiny_config();
+    cfg.max_position_embeddings = 2048;
+    let devices = DeviceMap::parse("cpu,cpu", Some("2,1")).unwrap();
+    let mut model = Model::random(&cfg, 11, &devices, None).unwrap();
+    model.set_prefill_chunk(64);
+    let prompt: Vec<u32> = (0..700u32).map(|i| (i * 7919 + 13) % 300).collect();
+    let opts = GenerateOptions {
+        max_new_tokens: 8,
+        ..Default::default()
+    };
+    let scratch_logits = model
+        .forward_all(&prompt, &mut model.new_cache())
+        .unwrap()
+        .narrow(0, 576, 124)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let mut cold = Generator::new(model.clone());
+    let scratch = cold
+        .generate(
+            &prompt,
+            &GenerateOptions {
+                use_prefix_cache: false,
+                ..opts.clone()
+            },
+            |_| false,
+        )
+        .unwrap();
+
+    let mut warm = Generator::new(model.clone());
+    let mut earlier = prompt[..600].to_vec();
+    earlier.extend([1, 2, 3]);
+    warm.generate(&earlier, &opts, |_| false).unwrap();
+    let served = warm.generate(&prompt, &opts, |_| false).unwrap();
+    assert_eq!(served.stats.cached_tokens, 576);
+    assert_eq!(served.tokens, scratch.tokens);
+
+    let mut restored = warm
+        .prefix_cache_mut()
+        .lookup(&prompt, 64)
+        .unwrap()
+        .unwrap();
+    restored.truncate(576);
+    let cached_logits = model
+        .forward_all(&prompt[576..], &mut restored)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    assert_eq!(cached_logits, scratch_logits);
+}
+
+#[test]
+fn model_spec_parsing() {
+    use tableseek::engine::{EngineError, ModelSpec};
+    assert_eq!(
+        ModelSpec::parse("random:qwen3-0.6b:7").unwrap(),
+        ModelSpec::Random {
+            preset: "qwen3-0.6b".into(),
+            seed: 7
+        }
+    );
+    assert_eq!(
+        ModelSpec::parse("random:llama-3.1-8b").unwrap(),
+        ModelSpec::Random {
+            preset: "llama-3.1-8b".into(),
+            seed: 0
+        }
+    );
+    assert!(matches!(
+        ModelSpec::parse("random:gpt-j"),
+        Err(EngineError::UnknownPreset(_))
+    ));
+    assert_eq!(
+        ModelSpec::parse("models/x.gguf").unwrap(),
+        ModelSpec::Path("models/x.gguf".into())
+    );
+}

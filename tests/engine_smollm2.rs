@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use tableseek::engine::{
-    DeviceMap, GenerateOptions, Generator, LoadOptions, Model, ModelSpec, StopReason,
+    DeviceMap, GenerateOptions, Generator, LoadOptions, Model, ModelSpec, QuantizedWeights,
+    StopReason,
 };
 
 fn shared() -> PathBuf {
@@ -49,15 +50,15 @@ fn smollm2_q4_1_greedy_matches_llama_cpp() {
     let (prompt, expected) = (as_ids("prompt_token_ids"), as_ids("generated_token_ids"));
     let eos = reference["eos_id"].as_u64().unwrap() as u32;
 
-    // Dense weights on CPU (fast prefill); they reproduce llama.cpp's tokens too.
-    let opts = LoadOptions {
-        dequantize: true,
+    // The fastest CPU setting (dense prefill, Q8_0 decode) still reproduces llama.cpp's tokens.
+    let load = LoadOptions {
+        quantized: QuantizedWeights::DenseWithQ8Decode,
         ..Default::default()
     };
     let model = Model::load_with(
         &ModelSpec::Path(model_path.clone()),
         &DeviceMap::cpu(),
-        &opts,
+        &load,
     )
     .unwrap();
     assert_eq!(model.config().eos_token_ids, vec![eos]);

@@ -107,6 +107,19 @@ impl DeviceMap {
     }
 }
 
+/// Parses a `--dtype` value: `f32`, `bf16` or `f16`.
+pub fn parse_dtype(text: &str) -> Result<DType> {
+    match text.to_ascii_lowercase().as_str() {
+        "f32" | "float32" => Ok(DType::F32),
+        "bf16" | "bfloat16" => Ok(DType::BF16),
+        "f16" | "float16" => Ok(DType::F16),
+        _ => Err(EngineError::BadDeviceSpec {
+            spec: text.to_string(),
+            detail: "dtype must be f32, bf16 or f16".into(),
+        }),
+    }
+}
+
 fn parse_kinds(spec: &str) -> Result<Vec<DeviceKind>> {
     let bad = |detail: &str| EngineError::BadDeviceSpec {
         spec: spec.to_string(),
@@ -190,6 +203,12 @@ mod tests {
         assert_eq!(even.layer_assignment(6), vec![0, 0, 1, 1, 2, 2]);
         let skip_middle = DeviceMap::parse("cpu,cpu,cpu", Some("1,0,1")).unwrap();
         assert_eq!(skip_middle.layer_assignment(4), vec![0, 0, 2, 2]);
+    }
+
+    #[test]
+    fn parses_dtypes() {
+        assert_eq!(parse_dtype("BF16").unwrap(), DType::BF16);
+        assert!(parse_dtype("int8").is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 /// Errors from loading and running models.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("weight file not found: {path}")]
+    #[error("model file not found: {path}")]
     MissingWeights { path: PathBuf },
     #[error("weight file {path} is truncated or corrupt: {detail}")]
     TruncatedWeights { path: PathBuf, detail: String },

@@ -22,7 +22,10 @@ struct LayerKv {
 }
 
 /// Keys and values of every layer for positions `0..len()`.
-#[derive(Debug, Clone)]
+///
+/// Not `Clone`: buffers are written in place, so a shallow copy would alias them; use
+/// [`KvCache::fork`] for an independent copy.
+#[derive(Debug)]
 pub struct KvCache {
     layers: Vec<LayerKv>,
     len: usize,
@@ -62,6 +65,14 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.len = 0;
+    }
+
+    /// An independent deep copy of the first `len()` positions (e.g. to branch a conversation).
+    pub fn fork(&self) -> Result<Self> {
+        if self.len == 0 {
+            return Ok(Self::new(self.layers.len()));
+        }
+        Self::from_snapshot(&self.snapshot(self.len)?, self.len)
     }
 
     /// Bytes held by the buffers (capacity, not just the used part).
@@ -194,6 +205,33 @@ mod tests {
         assert_eq!(first, expected);
         cache.truncate(150);
         assert_eq!(cache.len(), 150);
+        // A fork keeps its values when the original overwrites the same positions.
+        let fork = cache.fork().unwrap();
+        let before: Vec<f32> = fork.snapshot(150).unwrap()[0]
+            .0
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        cache.truncate(140);
+        cache
+            .append(0, &chunk(-100.0, 10), &chunk(-100.0, 10))
+            .unwrap();
+        cache.advance(10);
+        let after: Vec<f32> = fork.snapshot(150).unwrap()[0]
+            .0
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(before, after);
+        let changed: Vec<f32> = cache.snapshot(150).unwrap()[0]
+            .0
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_ne!(before, changed);
         let snap = cache.snapshot(150).unwrap();
         let restored = KvCache::from_snapshot(&snap, 100).unwrap();
         assert_eq!(restored.len(), 100);

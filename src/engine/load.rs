@@ -28,16 +28,53 @@ pub enum ModelSpec {
     Random { preset: String, seed: u64 },
 }
 
+impl ModelSpec {
+    /// `random:PRESET` or `random:PRESET:SEED` (seed 0 by default), anything else a path.
+    pub fn parse(text: &str) -> Result<Self> {
+        let Some(rest) = text.strip_prefix("random:") else {
+            return Ok(Self::Path(PathBuf::from(text)));
+        };
+        let (preset, seed) = match rest.split_once(':') {
+            Some((preset, seed)) => (
+                preset,
+                seed.parse()
+                    .map_err(|_| EngineError::UnknownPreset(rest.to_string()))?,
+            ),
+            None => (rest, 0),
+        };
+        Config::preset(preset)?;
+        Ok(Self::Random {
+            preset: preset.to_string(),
+            seed,
+        })
+    }
+}
+
+/// How block-quantized GGUF weights are held in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QuantizedWeights {
+    /// As stored, multiplied by candle's quantized kernels (activations quantized to 8 bits, as
+    /// llama.cpp does). Least memory; slow on CPU for types without a SIMD kernel (Q4_1).
+    #[default]
+    AsStored,
+    /// Expanded to dense `dtype` at load: prefill runs as a real GEMM, weights are exact, memory
+    /// grows 8x for 4-bit types.
+    Dense,
+    /// `Dense` for prefill, plus a Q8_0 copy (re-quantized from the exact weights) for
+    /// single-row products, i.e. decoding, which is memory-bound. The fastest CPU setting for
+    /// small models; the Q8_0 copy changes decode logits slightly.
+    DenseWithQ8Decode,
+}
+
 /// Loading settings beyond the weights' location and devices.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadOptions {
     /// Activation, KV and dense-weight dtype; defaults to the device map's (f32 CPU, bf16 CUDA).
     pub dtype: Option<DType>,
-    /// Expand block-quantized GGUF weights to dense `dtype` at load time. On CPU this trades
-    /// memory (8x for 4-bit) for speed: candle has no SIMD kernel for some types (Q4_1), and
-    /// dense prefill uses a real GEMM instead of one dot product per row (SmolLM2 Q4_1 on two
-    /// threads: 8 → 67 prompt tokens/s, with the same greedy tokens as llama.cpp).
-    pub dequantize: bool,
+    /// GGUF only. Measured for SmolLM2-135M Q4_1 on this 2-core machine, one thread (busy
+    /// machine, rough): as stored ~7 prompt / 5 generated tokens/s; dense ~52 / 5;
+    /// dense + Q8_0 decode ~52 / 13. All three reproduce llama.cpp's 40 greedy tokens.
+    pub quantized: QuantizedWeights,
     /// Prefill chunk; [`DEFAULT_PREFILL_CHUNK`] when `None`.
     pub prefill_chunk: Option<usize>,
 }
@@ -61,7 +98,7 @@ impl Model {
         let mut model = match spec {
             ModelSpec::Path(path) if path.is_dir() => load_hf(path, devices, dtype)?,
             ModelSpec::Path(path) if path.exists() => {
-                load_gguf(path, devices, dtype, opts.dequantize)?
+                load_gguf(path, devices, dtype, opts.quantized)?
             }
             ModelSpec::Path(path) => {
                 return Err(EngineError::MissingWeights { path: path.clone() })
@@ -191,8 +228,8 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Checks that each shard exists and that its header matches its length.
 fn validate_safetensors(path: &Path) -> Result<()> {
     let file = File::open(path).map_err(io_err(path))?;
-    // SAFETY: read-only map of a file we do not modify; a concurrent writer would be a user error
-    // that at worst yields garbage weights, never unsoundness in our code, since bytes are copied.
+    // SAFETY: a read-only map that only lives for this header check; the file must not be
+    // truncated meanwhile, the usual mmap caveat for weight files.
     let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
     safetensors::SafeTensors::deserialize(&mmap).map_err(|e| EngineError::TruncatedWeights {
         path: path.to_path_buf(),
@@ -242,7 +279,8 @@ fn load_hf(dir: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
     for p in &paths {
         validate_safetensors(p)?;
     }
-    // SAFETY: as in `validate_safetensors`; the maps live as long as the tensors loaded from them.
+    // SAFETY: as in `validate_safetensors`; tensors are copied out of the maps, which are dropped
+    // when loading ends.
     let st = unsafe { MmapedSafetensors::multi(&paths) }?;
     let names = st.tensors().into_iter().map(|(n, _)| n).collect();
     let w = StWeights { st, names, dtype };
@@ -369,7 +407,7 @@ struct GgufWeights {
     content: gguf_file::Content,
     file: std::cell::RefCell<File>,
     dtype: DType,
-    dequantize: bool,
+    quantized: QuantizedWeights,
 }
 
 impl GgufWeights {
@@ -407,10 +445,17 @@ impl GgufWeights {
 
     fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
         let q = self.qtensor(name, &[out, inp], device)?;
-        if self.dequantize {
-            return Ok(Linear::new(QMatMul::Tensor(
-                q.dequantize(device)?.to_dtype(self.dtype)?,
-            )));
+        let block_quantized =
+            !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        if block_quantized && self.quantized != QuantizedWeights::AsStored {
+            let dense = q.dequantize(device)?;
+            let exact = QMatMul::Tensor(dense.to_dtype(self.dtype)?);
+            let q8_fits = inp.is_multiple_of(GgmlDType::Q8_0.block_size());
+            if self.quantized == QuantizedWeights::DenseWithQ8Decode && q8_fits {
+                let q8 = QTensor::quantize(&dense, GgmlDType::Q8_0)?;
+                return Ok(Linear::with_single_row(exact, QMatMul::from_qtensor(q8)?));
+            }
+            return Ok(Linear::new(exact));
         }
         let mm = QMatMul::from_arc(Arc::new(q))?;
         // F32/F16 weights come back dense in their own dtype; run them in the activation dtype.
@@ -421,15 +466,27 @@ impl GgufWeights {
     }
 }
 
-fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, dequantize: bool) -> Result<Model> {
+fn load_gguf(
+    path: &Path,
+    devices: &DeviceMap,
+    dtype: DType,
+    quantized: QuantizedWeights,
+) -> Result<Model> {
     let content = read_gguf(path)?;
     let mut cfg = Config::from_gguf(&content.metadata, &path.display().to_string())?;
+    // The embedding table is the authority on the vocabulary size: Qwen GGUFs pad it beyond the
+    // tokenizer's list and do not always write `{arch}.vocab_size`.
+    if let Some(info) = content.tensor_infos.get("token_embd.weight") {
+        if let [rows, _] = info.shape.dims() {
+            cfg.vocab_size = *rows;
+        }
+    }
     let file = File::open(path).map_err(io_err(path))?;
     let w = GgufWeights {
         content,
         file: std::cell::RefCell::new(file),
         dtype,
-        dequantize,
+        quantized,
     };
     let (h, kvd, qd, ff) = (
         cfg.hidden_size,

@@ -3,12 +3,27 @@
 //!
 //! - [`config`]: hyper-parameters from HF `config.json`, GGUF metadata, or presets.
 //! - [`load`]: building a [`Model`] from a checkpoint directory, a GGUF file, or random weights.
-//! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill.
+//! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill, plus batched last-token
+//!   hidden states for embedding and reranker heads.
 //! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
 //! - [`generate`]: greedy decoding with stop conditions and a logits hook.
 //! - [`device`]: device specs and layer split.
 //! - [`session`]: weights + tokenizer + template behind one `chat(messages)` call.
 //! - [`tokenizer`], [`chat`]: text ↔ ids (tokenizer.json or rebuilt from GGUF) and chat templates.
+//!
+//! ```no_run
+//! use tableseek::engine::{DeviceMap, GenerateOptions, Generator, Model, ModelSpec};
+//! # fn main() -> Result<(), tableseek::engine::EngineError> {
+//! let devices = DeviceMap::parse("cpu", None)?;
+//! let model = Model::load(&ModelSpec::Path("models/smollm2-135m-instruct-q4_1.gguf".into()), &devices, None)?;
+//! let eos = model.config().eos_token_ids.clone();
+//! let mut generator = Generator::new(model);
+//! let opts = GenerateOptions { max_new_tokens: 64, stop_token_ids: eos, ..Default::default() };
+//! let out = generator.generate(&[1, 9690, 198], &opts, |_generated| false)?;
+//! println!("{:?} {:?}", out.tokens, out.stats);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod config;
 pub mod device;
@@ -21,13 +36,14 @@ pub mod prefix_cache;
 pub mod rope;
 
 pub use config::{Architecture, Config};
-pub use device::DeviceMap;
+pub use device::{parse_dtype, DeviceMap};
 pub use error::EngineError;
 pub use generate::{CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason};
 pub use kv_cache::KvCache;
-pub use load::{read_gguf, LoadOptions, ModelSpec};
+pub use load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
 pub use model::Model;
 pub use prefix_cache::PrefixCache;
+
 pub mod chat;
 pub mod session;
 pub mod tokenizer;

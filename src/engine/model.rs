@@ -19,27 +19,42 @@ use super::rope::Rope;
 /// Default prefill chunk, in positions.
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
 
-/// A projection: dense (safetensors, F16/F32 GGUF) or block-quantized (GGUF).
+/// A projection: dense (safetensors, F16/F32 GGUF) or block-quantized (GGUF), optionally with
+/// a second, quantized copy used when a single row is multiplied (decoding), where memory
+/// bandwidth rather than arithmetic sets the speed.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
     inner: QMatMul,
+    single_row: Option<QMatMul>,
 }
 
 impl Linear {
     pub(crate) fn new(inner: QMatMul) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            single_row: None,
+        }
+    }
+
+    pub(crate) fn with_single_row(inner: QMatMul, single_row: QMatMul) -> Self {
+        Self {
+            inner,
+            single_row: Some(single_row),
+        }
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let rows = x.elem_count() / x.dim(candle_core::D::Minus1)?;
+        let mm = match &self.single_row {
+            Some(q) if rows == 1 => q,
+            _ => &self.inner,
+        };
         // Quantized kernels take f32 activations; bf16 activations (CUDA) are widened around them.
-        if matches!(self.inner, QMatMul::QTensor(_)) && x.dtype() != DType::F32 {
+        if matches!(mm, QMatMul::QTensor(_)) && x.dtype() != DType::F32 {
             let dtype = x.dtype();
-            return Ok(self
-                .inner
-                .forward(&x.to_dtype(DType::F32)?)?
-                .to_dtype(dtype)?);
+            return Ok(mm.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)?);
         }
-        Ok(self.inner.forward(x)?)
+        Ok(mm.forward(x)?)
     }
 }
 

@@ -139,3 +139,73 @@ impl PrefixCache {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// A one-layer cache holding `len` positions whose values encode the token ids.
+    fn cache_for(tokens: &[u32]) -> KvCache {
+        let mut cache = KvCache::new(1);
+        let data: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+        let kv = Tensor::from_vec(data, (1, 1, tokens.len(), 1), &Device::Cpu).unwrap();
+        cache.append(0, &kv, &kv).unwrap();
+        cache.advance(tokens.len());
+        cache
+    }
+
+    const BYTES_PER_POSITION: usize = 2 * 4; // K and V, one f32 each
+
+    #[test]
+    fn reuse_is_rounded_down_and_never_covers_the_last_token() {
+        let mut pc = PrefixCache::new(1 << 20);
+        let a: Vec<u32> = (0..40).collect();
+        pc.insert(&a, &cache_for(&a), 32).unwrap();
+        assert_eq!(pc.bytes(), 32 * BYTES_PER_POSITION);
+        // Shares 37 tokens: reuse 32 with chunk 16, 36 with chunk 4.
+        let mut b: Vec<u32> = (0..37).collect();
+        b.extend([999, 998]);
+        assert_eq!(pc.lookup(&b, 16).unwrap().unwrap().len(), 32);
+        assert_eq!(
+            pc.lookup(&b, 4).unwrap().unwrap().len(),
+            32,
+            "only 32 were stored"
+        );
+        // The same prompt again: its last position must still be computed.
+        assert_eq!(pc.lookup(&a[..32], 16).unwrap().unwrap().len(), 16);
+        assert!(pc.lookup(&[7, 8, 9], 1).unwrap().is_none());
+        let restored = pc.lookup(&b, 16).unwrap().unwrap();
+        let snap = restored.snapshot(32).unwrap();
+        let values: Vec<f32> = snap[0].0.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(values, (0..32).map(|x| x as f32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn budget_evicts_least_recently_used_and_drops_dominated_prefixes() {
+        let mut pc = PrefixCache::new(40 * BYTES_PER_POSITION);
+        let a: Vec<u32> = (0..16).collect();
+        let b: Vec<u32> = (100..116).collect();
+        pc.insert(&a, &cache_for(&a), 16).unwrap();
+        pc.insert(&b, &cache_for(&b), 16).unwrap();
+        assert_eq!(pc.len(), 2);
+        // Touch `a`, so `b` is the least recently used when `c` needs room.
+        assert!(pc.lookup(&[&a[..], &[5]].concat(), 8).unwrap().is_some());
+        let c: Vec<u32> = (200..216).collect();
+        pc.insert(&c, &cache_for(&c), 16).unwrap();
+        assert_eq!(pc.len(), 2);
+        assert!(pc.lookup(&[&b[..], &[5]].concat(), 8).unwrap().is_none());
+        assert!(pc.bytes() <= pc.budget_bytes());
+        // A longer prompt extending `a` replaces it rather than storing both.
+        let a_long: Vec<u32> = (0..24).collect();
+        pc.insert(&a_long, &cache_for(&a_long), 24).unwrap();
+        assert_eq!(pc.len(), 2);
+        assert_eq!(pc.bytes(), (16 + 24) * BYTES_PER_POSITION);
+        // Larger than the whole budget: not stored, so only `a_long`'s 24 positions are found.
+        let huge: Vec<u32> = (0..64).collect();
+        pc.insert(&huge, &cache_for(&huge), 64).unwrap();
+        let found = pc.lookup(&[&huge[..], &[1]].concat(), 8).unwrap();
+        assert_eq!(found.map(|c| c.len()), Some(24));
+        assert_eq!(pc.len(), 2);
+    }
+}
