@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use candle_core::DType;
-use tableseek::engine::{ChatModel, ChatModelOptions, DeviceMap, ModelSpec};
+use tableseek::engine::{ChatModel, ChatModelOptions, DeviceMap, ModelSpec, QuantizedWeights};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
@@ -27,6 +27,11 @@ pub struct ModelArgs {
     /// f32, bf16 or f16; defaults to f32 on CPU and bf16 on CUDA.
     #[arg(long)]
     pub dtype: Option<String>,
+    /// GGUF weights in memory: `as-stored` (least memory), `dense` (exact, 8x memory for 4-bit),
+    /// `dense-q8` (dense prefill + Q8_0 decode: fastest on CPU), or `auto`: dense-q8 for GGUF
+    /// files up to 512 MiB on CPU, as-stored otherwise.
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
     /// CPU threads for the forward pass (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -49,6 +54,7 @@ impl ModelArgs {
             Some("f16") => Some(DType::F16),
             Some(other) => bail!("unknown --dtype `{other}` (expected f32, bf16 or f16)"),
         };
+        let quantized = self.quantized_weights(&devices)?;
         let spec = match &self.random_init {
             Some(preset) => ModelSpec::Random {
                 preset: preset.clone(),
@@ -60,6 +66,7 @@ impl ModelArgs {
             tokenizer: self.tokenizer.clone(),
             devices,
             dtype,
+            quantized,
             ..ChatModelOptions::default()
         };
         let started = std::time::Instant::now();
@@ -72,5 +79,28 @@ impl ModelArgs {
         })?;
         tracing::info!(ms = started.elapsed().as_millis() as u64, "model loaded");
         Ok(model)
+    }
+
+    fn quantized_weights(&self, devices: &DeviceMap) -> anyhow::Result<QuantizedWeights> {
+        const AUTO_DENSE_MAX_BYTES: u64 = 512 << 20;
+        Ok(match self.weights.as_str() {
+            "as-stored" => QuantizedWeights::AsStored,
+            "dense" => QuantizedWeights::Dense,
+            "dense-q8" => QuantizedWeights::DenseWithQ8Decode,
+            "auto" => {
+                let all_cpu = devices.first().is_cpu() && devices.last().is_cpu();
+                let small = std::fs::metadata(&self.model)
+                    .map(|m| m.len() <= AUTO_DENSE_MAX_BYTES)
+                    .unwrap_or(false);
+                // Candle's CPU kernels for 4-bit blocks are scalar; expanding a small model costs
+                // little memory and makes prefill a real GEMM.
+                if all_cpu && small {
+                    QuantizedWeights::DenseWithQ8Decode
+                } else {
+                    QuantizedWeights::AsStored
+                }
+            }
+            other => bail!("unknown --weights `{other}` (as-stored, dense, dense-q8, auto)"),
+        })
     }
 }

@@ -14,7 +14,7 @@ use super::error::{EngineError, Result};
 use super::generate::{
     CallStats, GenerateOptions, Generator, LogitsMask, StopReason, DEFAULT_PREFIX_CACHE_BYTES,
 };
-use super::load::{read_gguf, ModelSpec};
+use super::load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
 use super::model::Model;
 use super::tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer};
 
@@ -27,6 +27,8 @@ pub struct ChatModelOptions {
     pub devices: DeviceMap,
     /// Defaults to the device map's (f32 on CPU, bf16 on CUDA).
     pub dtype: Option<DType>,
+    /// How GGUF block-quantized weights are held (see [`QuantizedWeights`]).
+    pub quantized: QuantizedWeights,
     pub prefix_cache_bytes: usize,
 }
 
@@ -36,6 +38,7 @@ impl Default for ChatModelOptions {
             tokenizer: None,
             devices: DeviceMap::cpu(),
             dtype: None,
+            quantized: QuantizedWeights::default(),
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
         }
     }
@@ -93,7 +96,12 @@ pub struct ChatModel {
 
 impl ChatModel {
     pub fn load(spec: &ModelSpec, opts: &ChatModelOptions) -> Result<Self> {
-        let model = Model::load(spec, &opts.devices, opts.dtype)?;
+        let load_options = LoadOptions {
+            dtype: opts.dtype,
+            quantized: opts.quantized,
+            prefill_chunk: None,
+        };
+        let model = Model::load_with(spec, &opts.devices, &load_options)?;
         let (tokenizer, template) = match spec {
             ModelSpec::Path(path) if path.is_dir() => load_hf_text(path, opts)?,
             ModelSpec::Path(path) => load_gguf_text(path, opts)?,
