@@ -56,15 +56,6 @@ impl<'a> CorpusSpace<'a> {
     }
 }
 
-fn grep_evidence(evidence: Evidence) -> grep::Evidence {
-    match evidence {
-        Evidence::Small => grep::Evidence::Small,
-        Evidence::Medium => grep::Evidence::Medium,
-        Evidence::Big => grep::Evidence::Big,
-        Evidence::Full => grep::Evidence::Full,
-    }
-}
-
 /// Cuts `text` to at most `max_chars` characters at a line end, saying how much was left out.
 fn cap_text(text: &str, max_chars: usize) -> String {
     let Some((cut, _)) = text.char_indices().nth(max_chars) else {
@@ -98,7 +89,7 @@ impl SearchSpace for CorpusSpace<'_> {
         evidence: Evidence,
         match_only: bool,
     ) -> String {
-        let options = PreviewOptions::for_evidence(grep_evidence(evidence)).match_only(match_only);
+        let options = PreviewOptions::for_evidence(evidence).match_only(match_only);
         let text = self.with_patterns(patterns, |set| {
             grep::preview(self.corpus, table, set, &options)
         });

@@ -9,6 +9,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::AgentError;
+/// Evidence sizes belong to the grep stage that cuts previews; the agent only passes them on.
+pub use crate::grep::Evidence;
 
 /// What kind of answer the query wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -47,65 +49,6 @@ impl FromStr for TaskType {
                 what: "task type",
                 input: s.to_string(),
                 expected: "tableqa or fact_verification",
-            }),
-        }
-    }
-}
-
-/// How much of each candidate a preview shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Evidence {
-    /// 1 matched row per pattern, 5 in total (the paper's default).
-    #[default]
-    Small,
-    /// 2 per pattern, 10 in total.
-    Medium,
-    /// 3 per pattern, 15 in total.
-    Big,
-    /// The whole table, no row matching.
-    Full,
-}
-
-impl Evidence {
-    /// `(rows per pattern, rows in total)`, or `None` for the whole table.
-    pub fn row_limits(self) -> Option<(usize, usize)> {
-        match self {
-            Evidence::Small => Some((1, 5)),
-            Evidence::Medium => Some((2, 10)),
-            Evidence::Big => Some((3, 15)),
-            Evidence::Full => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Evidence::Small => "small",
-            Evidence::Medium => "medium",
-            Evidence::Big => "big",
-            Evidence::Full => "full",
-        }
-    }
-}
-
-impl fmt::Display for Evidence {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Evidence {
-    type Err = AgentError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "small" => Ok(Evidence::Small),
-            "medium" => Ok(Evidence::Medium),
-            "big" => Ok(Evidence::Big),
-            "full" => Ok(Evidence::Full),
-            _ => Err(AgentError::BadName {
-                what: "evidence size",
-                input: s.to_string(),
-                expected: "small, medium, big or full",
             }),
         }
     }
@@ -216,7 +159,6 @@ macro_rules! serde_as_string {
 }
 
 serde_as_string!(Strategy);
-serde_as_string!(Evidence);
 
 /// Whether refine rounds see the earlier rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

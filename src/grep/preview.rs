@@ -10,8 +10,10 @@ use std::str::FromStr;
 use super::PatternSet;
 use crate::corpus::{write_head, write_row, write_tail, Corpus, TextFormat};
 
-/// How much of each candidate the model sees (the method's evidence sizes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How much of each candidate the model sees (the method's evidence sizes). Serialized as its
+/// name (`small`, ...), as in the CLI and in run configs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Evidence {
     /// 1 matched row per pattern, 5 in total.
     #[default]
@@ -24,11 +26,32 @@ pub enum Evidence {
     Full,
 }
 
+impl Evidence {
+    /// `(rows per pattern, rows in total)`, or `None` for the whole table.
+    pub fn row_limits(self) -> Option<(usize, usize)> {
+        match self {
+            Evidence::Small => Some((1, 5)),
+            Evidence::Medium => Some((2, 10)),
+            Evidence::Big => Some((3, 15)),
+            Evidence::Full => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evidence::Small => "small",
+            Evidence::Medium => "medium",
+            Evidence::Big => "big",
+            Evidence::Full => "full",
+        }
+    }
+}
+
 impl FromStr for Evidence {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
+        match s.trim().to_ascii_lowercase().as_str() {
             "small" => Ok(Evidence::Small),
             "medium" => Ok(Evidence::Medium),
             "big" => Ok(Evidence::Big),
@@ -42,12 +65,7 @@ impl FromStr for Evidence {
 
 impl fmt::Display for Evidence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Evidence::Small => "small",
-            Evidence::Medium => "medium",
-            Evidence::Big => "big",
-            Evidence::Full => "full",
-        })
+        f.write_str(self.as_str())
     }
 }
 
@@ -68,11 +86,8 @@ pub struct PreviewOptions {
 
 impl PreviewOptions {
     pub fn for_evidence(evidence: Evidence) -> Self {
-        let (per_pattern, total) = match evidence {
-            Evidence::Small | Evidence::Full => (1, 5),
-            Evidence::Medium => (2, 10),
-            Evidence::Big => (3, 15),
-        };
+        // `full` ignores the row limits; keep the small ones so toggling `full` off is sensible.
+        let (per_pattern, total) = evidence.row_limits().unwrap_or((1, 5));
         PreviewOptions {
             preview_chars: 800,
             max_matched_rows: total,
