@@ -1,10 +1,15 @@
 //! Compiling grep patterns once into a matcher that tests all of them in a single pass over a text.
 
-use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex::{Regex, RegexBuilder};
+use regex_automata::meta;
+use regex_automata::util::syntax;
+use regex_automata::{Input, MatchKind};
 
 /// Generous compile limits: a model may write long alternations, and a pattern that does not fit is
 /// lost from the score. The default 10 MB is easy to hit with Unicode case folding.
 const SIZE_LIMIT: usize = 64 << 20;
+/// Ceiling of the lazy DFA's state cache (per thread; it grows only as far as a search needs).
+const CACHE_LIMIT: usize = 8 << 20;
 
 /// Patterns as grep applies them: case-insensitive regexes, `^`/`$` at line boundaries (each table row is
 /// a line), a pattern that is not a valid regex matched as literal text, empty patterns dropped.
@@ -18,8 +23,10 @@ pub struct PatternSet {
 #[derive(Debug, Clone)]
 enum Matcher {
     Empty,
-    /// All patterns in one automaton: one scan per text.
-    Set(RegexSet),
+    /// All patterns in one automaton: one scan per text. This is what `regex::RegexSet` wraps, built
+    /// directly so that the literal prefilter can be turned off: in an all-matches search over
+    /// case-folded literals it fires constantly and made scoring twice as slow as the bare lazy DFA.
+    Set(meta::Regex),
     /// Only when the combined set exceeds the size limit: one scan per pattern. `None` never matches.
     Each(Vec<Option<Regex>>),
 }
@@ -66,13 +73,21 @@ impl PatternSet {
         let matcher = if sources.is_empty() {
             Matcher::Empty
         } else {
-            match RegexSetBuilder::new(&sources)
-                .case_insensitive(true)
-                .multi_line(true)
-                .size_limit(SIZE_LIMIT)
-                .dfa_size_limit(SIZE_LIMIT)
-                .build()
-            {
+            let set = meta::Builder::new()
+                .configure(
+                    meta::Config::new()
+                        .match_kind(MatchKind::All)
+                        .auto_prefilter(false)
+                        .nfa_size_limit(Some(SIZE_LIMIT))
+                        .hybrid_cache_capacity(CACHE_LIMIT),
+                )
+                .syntax(
+                    syntax::Config::new()
+                        .case_insensitive(true)
+                        .multi_line(true),
+                )
+                .build_many(&sources);
+            match set {
                 Ok(set) => Matcher::Set(set),
                 Err(err) => {
                     tracing::warn!(%err, "pattern set too large for one automaton; matching one by one");
@@ -122,7 +137,11 @@ impl PatternSet {
     pub fn matches(&self, text: &str) -> Vec<usize> {
         match &self.matcher {
             Matcher::Empty => Vec::new(),
-            Matcher::Set(set) => set.matches(text).into_iter().collect(),
+            Matcher::Set(set) => {
+                let mut found = regex_automata::PatternSet::new(set.pattern_len());
+                set.which_overlapping_matches(&Input::new(text), &mut found);
+                found.iter().map(|p| p.as_usize()).collect()
+            }
             Matcher::Each(each) => each
                 .iter()
                 .enumerate()
