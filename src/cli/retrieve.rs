@@ -123,6 +123,8 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     }
     let texts: Vec<&str> = (0..corpus.len()).map(|i| corpus.text(i)).collect();
 
+    // Recall at 3 needs three results even when fewer are written.
+    let depth = args.top_k.max(3);
     let encoder;
     let dense;
     let bm25;
@@ -138,7 +140,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                     args.max_length
                 );
             }
-            let (encoder, dense, k) = (&encoder, &dense, args.top_k);
+            let (encoder, dense, k) = (&encoder, &dense, depth);
             Box::new(move |query: &str| {
                 let start = Instant::now();
                 let embedding = encoder.embed_one(query)?;
@@ -152,7 +154,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                 Bm25Arg::Lucene => Bm25Builder::lucene().english_stopwords(true),
             };
             bm25 = builder.build(&texts)?;
-            let (bm25, k): (&Bm25Index, usize) = (&bm25, args.top_k);
+            let (bm25, k): (&Bm25Index, usize) = (&bm25, depth);
             Box::new(move |query: &str| Ok((bm25.search(query, k), 0, 0.0)))
         }
         Method::Rerank => unreachable!("rejected above"),
@@ -171,6 +173,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             qid: &query.qid,
             ranking: hits
                 .iter()
+                .take(args.top_k)
                 .map(|hit| Ranked {
                     table_id: corpus.id(hit.doc),
                     score: hit.score,
@@ -192,8 +195,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
 }
 
 fn read_queries(path: &Path) -> anyhow::Result<Vec<Query>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut queries = Vec::new();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -238,19 +240,25 @@ fn dense_index(
     texts: &[&str],
 ) -> anyhow::Result<DenseIndex> {
     let start = Instant::now();
+    let embedded = |index: &DenseIndex, cached: &str| {
+        eprintln!(
+            "embedded {} tables in {:.1?} ({:.1} tables/s){cached}",
+            index.len(),
+            start.elapsed(),
+            index.len() as f64 / start.elapsed().as_secs_f64(),
+        )
+    };
     if args.no_cache {
-        return Ok(DenseIndex::build(encoder, texts)?);
+        let index = DenseIndex::build(encoder, texts)?;
+        embedded(&index, "");
+        return Ok(index);
     }
     let (index, status) = DenseIndex::load_or_build(encoder, texts, &args.cache_dir)?;
     match status {
         CacheStatus::Hit(path) => tracing::info!("embeddings from {}", path.display()),
-        CacheStatus::Built(path) | CacheStatus::Rebuilt(path, _) => eprintln!(
-            "embedded {} tables in {:.1?} ({:.1} tables/s); cached in {}",
-            index.len(),
-            start.elapsed(),
-            index.len() as f64 / start.elapsed().as_secs_f64(),
-            path.display()
-        ),
+        CacheStatus::Built(path) | CacheStatus::Rebuilt(path, _) => {
+            embedded(&index, &format!("; cached in {}", path.display()))
+        }
     }
     Ok(index)
 }

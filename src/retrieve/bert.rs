@@ -263,7 +263,9 @@ impl BertLayer {
             .attention_norm
             .forward(&(self.attention_out.forward(&context)? + xs)?)?;
         let inner = self.intermediate.forward(&xs)?.gelu_erf()?;
-        let out = self.output_norm.forward(&(self.output.forward(&inner)? + &xs)?)?;
+        let out = self
+            .output_norm
+            .forward(&(self.output.forward(&inner)? + &xs)?)?;
         Ok(out)
     }
 }
@@ -343,9 +345,8 @@ impl BertEncoder {
         let fingerprint = fingerprint(&config_bytes, &weights_path)?;
         // SAFETY (of the mmap): the weights file is treated as read-only for the model's lifetime;
         // candle copies each tensor out of the map when it builds it.
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(&[&weights_path], DType::F32, device)?
-        };
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&[&weights_path], DType::F32, device)? };
         // Checkpoints saved from `BertForXxx` carry a `bert.` prefix; sentence-transformers' do not.
         let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
             vb.pp("bert")

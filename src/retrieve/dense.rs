@@ -239,10 +239,7 @@ fn decode(
         return Err(format!("{n} x {d} embeddings, expected {len} x {dim}"));
     }
     if bytes.len() != expected_size {
-        return Err(format!(
-            "{} bytes, expected {expected_size}",
-            bytes.len()
-        ));
+        return Err(format!("{} bytes, expected {expected_size}", bytes.len()));
     }
     let (body, checksum) = bytes.split_at(bytes.len() - 32);
     if Sha256::digest(body).as_slice() != checksum {
