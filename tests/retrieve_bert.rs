@@ -46,14 +46,21 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn minilm_matches_sentence_transformers() {
-    let Some((model, reference)) = inputs() else { return };
+    let Some((model, reference)) = inputs() else {
+        return;
+    };
     let encoder = BertEncoder::load(&model, &Device::Cpu, EncodeOptions::default()).unwrap();
     assert_eq!(encoder.dim(), 384);
 
     let batched = encoder.embed(&reference.sentences).unwrap();
     assert_eq!(batched.len(), 5);
     assert_eq!(batched.truncated, 0);
-    for (i, (sentence, expected)) in reference.sentences.iter().zip(&reference.embeddings).enumerate() {
+    for (i, (sentence, expected)) in reference
+        .sentences
+        .iter()
+        .zip(&reference.embeddings)
+        .enumerate()
+    {
         let alone = encoder.embed_one(sentence).unwrap();
         let norm: f32 = alone.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
@@ -61,7 +68,10 @@ fn minilm_matches_sentence_transformers() {
         let c_batch = cosine(batched.row(i), expected);
         eprintln!("{sentence:?}: cosine alone {c_alone:.7}, batched {c_batch:.7}");
         assert!(c_alone >= 0.9999, "{sentence:?}: cosine {c_alone}");
-        assert!(c_batch >= 0.9999, "{sentence:?} in a padded batch: cosine {c_batch}");
+        assert!(
+            c_batch >= 0.9999,
+            "{sentence:?} in a padded batch: cosine {c_batch}"
+        );
     }
 }
 
@@ -87,7 +97,11 @@ fn long_texts_are_truncated_and_counted() {
 #[test]
 fn rejects_a_max_length_beyond_the_position_table() {
     let Some((model, _)) = inputs() else { return };
-    let err = BertEncoder::load(&model, &Device::Cpu, EncodeOptions::default().max_length(513))
-        .unwrap_err();
+    let err = BertEncoder::load(
+        &model,
+        &Device::Cpu,
+        EncodeOptions::default().max_length(513),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("512"), "{err}");
 }

@@ -93,7 +93,7 @@ impl BertConfig {
                 self.position_embedding_type
             )));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(BertError::Unsupported(format!(
                 "hidden_size {} not divisible by {} heads",
                 self.hidden_size, self.num_attention_heads
