@@ -93,7 +93,9 @@ impl BertConfig {
                 self.position_embedding_type
             )));
         }
-        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return Err(BertError::Unsupported(format!(
                 "hidden_size {} not divisible by {} heads",
                 self.hidden_size, self.num_attention_heads
@@ -243,30 +245,33 @@ impl BertLayer {
     /// number for padding.
     fn forward(&self, xs: &Tensor, bias: &Tensor) -> Result<Tensor> {
         let (b, t, h) = xs.dims3()?;
+        // Linear layers on (batch * seq, hidden): one large matrix product each instead of a
+        // batched product against a broadcast weight, which candle's CPU backend runs far slower.
+        let flat = xs.reshape((b * t, h))?;
         let split = |x: Tensor| -> Result<Tensor> {
             Ok(x.reshape((b, t, self.heads, self.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()?)
         };
-        let q = split(self.query.forward(xs)?)?;
-        let k = split(self.key.forward(xs)?)?;
-        let v = split(self.value.forward(xs)?)?;
+        let q = split(self.query.forward(&flat)?)?;
+        let k = split(self.key.forward(&flat)?)?;
+        let v = split(self.value.forward(&flat)?)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(bias)?;
+        let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(bias)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let context = probs
             .matmul(&v)?
             .transpose(1, 2)?
             .contiguous()?
-            .reshape((b, t, h))?;
-        let xs = self
+            .reshape((b * t, h))?;
+        let attended = self
             .attention_norm
-            .forward(&(self.attention_out.forward(&context)? + xs)?)?;
-        let inner = self.intermediate.forward(&xs)?.gelu_erf()?;
+            .forward(&(self.attention_out.forward(&context)? + &flat)?)?;
+        let inner = self.intermediate.forward(&attended)?.gelu_erf()?;
         let out = self
             .output_norm
-            .forward(&(self.output.forward(&inner)? + &xs)?)?;
-        Ok(out)
+            .forward(&(self.output.forward(&inner)? + &attended)?)?;
+        Ok(out.reshape((b, t, h))?)
     }
 }
 
