@@ -75,6 +75,13 @@ fn cache_is_reused_keyed_and_repaired() {
     assert!(matches!(status, CacheStatus::Rebuilt(..)));
     let (_, status) = DenseIndex::load_or_build(&enc, &DOCS, dir.path()).unwrap();
     assert_eq!(status, CacheStatus::Hit(path));
+
+    // A cache directory that cannot be made costs the cache, not the index.
+    let blocked = dir.path().join("a-file");
+    std::fs::write(&blocked, b"").unwrap();
+    let (index, status) = DenseIndex::load_or_build(&enc, &DOCS, &blocked.join("cache")).unwrap();
+    assert!(matches!(status, CacheStatus::Rebuilt(_, ref why) if why.contains("unreadable")));
+    assert_eq!(index, built);
 }
 
 #[test]

@@ -49,9 +49,9 @@ pub type Result<T> = std::result::Result<T, DenseError>;
 pub enum CacheStatus {
     /// Read from this file.
     Hit(PathBuf),
-    /// Embedded and written to this file (none was there).
+    /// Embedded and written to this file (none was there; a failed write is only a warning).
     Built(PathBuf),
-    /// A file was there but unusable (the reason); embedded and written again.
+    /// The file could not be used (the reason); embedded and written again where possible.
     Rebuilt(PathBuf, String),
 }
 
@@ -99,16 +99,19 @@ impl DenseIndex {
                 }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => CacheStatus::Built(path.clone()),
-            Err(source) => {
-                return Err(DenseError::Io {
-                    op: "reading",
-                    path,
-                    source,
-                })
+            Err(e) => {
+                tracing::warn!(
+                    "embedding cache {} is unreadable ({e}); embedding",
+                    path.display()
+                );
+                CacheStatus::Rebuilt(path.clone(), format!("unreadable: {e}"))
             }
         };
         let index = Self::build(encoder, documents)?;
-        write_atomically(&path, &encode(&key, &index.embeddings))?;
+        // Minutes of embedding are not thrown away because the cache cannot be written.
+        if let Err(e) = write_atomically(&path, &encode(&key, &index.embeddings)) {
+            tracing::warn!("embeddings not cached: {e}");
+        }
         Ok((index, status))
     }
 
