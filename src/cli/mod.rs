@@ -5,6 +5,7 @@ mod corpus;
 mod generate;
 mod grep;
 mod model_args;
+mod retrieve;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,6 +34,8 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Talk to a model interactively.
     Chat(generate::ChatArgs),
+    /// Rank tables for a file of queries with a baseline retriever (dense or BM25).
+    Retrieve(retrieve::RetrieveArgs),
 }
 
 pub fn init_tracing(verbose: u8) {
@@ -57,5 +60,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ask(args) => ask::run(args),
         Command::Generate(args) => generate::run_generate(args),
         Command::Chat(args) => generate::run_chat(args),
+        Command::Retrieve(args) => retrieve::run(args),
     }
 }
