@@ -2,6 +2,7 @@ use clap::{Parser, Subcommand};
 
 mod ask;
 mod corpus;
+mod eval;
 mod generate;
 mod grep;
 mod model_args;
@@ -33,6 +34,12 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Talk to a model interactively.
     Chat(generate::ChatArgs),
+    /// Run a method over a dataset into a resumable run directory.
+    Eval(eval::EvalArgs),
+    /// Rebuild summary.json and report.md of run directories from their queries.jsonl.
+    Report(eval::ReportArgs),
+    /// Paired significance tests between two runs over their common queries.
+    Compare(eval::CompareArgs),
 }
 
 pub fn init_tracing(verbose: u8) {
@@ -57,5 +64,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ask(args) => ask::run(args),
         Command::Generate(args) => generate::run_generate(args),
         Command::Chat(args) => generate::run_chat(args),
+        Command::Eval(args) => eval::run_eval(args),
+        Command::Report(args) => eval::run_report(args),
+        Command::Compare(args) => eval::run_compare(args),
     }
 }
