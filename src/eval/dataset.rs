@@ -190,16 +190,20 @@ mod tests {
 
     #[test]
     fn rejects_queries_that_cannot_be_scored() {
-        assert!(parse_line(r#"{"qid":"a","query":"q","task":"tableqa","gold_tables":["t"]}"#)
-            .unwrap_err()
-            .contains("answer"));
+        assert!(
+            parse_line(r#"{"qid":"a","query":"q","task":"tableqa","gold_tables":["t"]}"#)
+                .unwrap_err()
+                .contains("answer")
+        );
         assert!(parse_line(
             r#"{"qid":"a","query":"q","task":"fact_verification","label":2,"gold_tables":["t"]}"#
         )
         .unwrap_err()
         .contains("label"));
-        assert!(parse_line(r#"{"qid":"a","query":"q","task":"tableqa","answers":["x"],"gold_tables":[]}"#)
-            .unwrap_err()
-            .contains("gold_tables"));
+        assert!(parse_line(
+            r#"{"qid":"a","query":"q","task":"tableqa","answers":["x"],"gold_tables":[]}"#
+        )
+        .unwrap_err()
+        .contains("gold_tables"));
     }
 }

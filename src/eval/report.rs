@@ -229,7 +229,11 @@ pub fn render_comparison(name_a: &str, name_b: &str, comparison: &Comparison) ->
                 format!("[{:+.3}, {:+.3}]", b.ci_low, b.ci_high),
                 format!("{:.4}", b.p_value),
             ),
-            Err(e) => (format!("{:+.3}", m.mean_a - m.mean_b), e.clone(), "–".into()),
+            Err(e) => (
+                format!("{:+.3}", m.mean_a - m.mean_b),
+                e.clone(),
+                "–".into(),
+            ),
         };
         let p = |r: Result<f64, &String>| match r {
             Ok(p) => format!("{p:.4}"),

@@ -233,21 +233,22 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         query: &EvalQuery,
     ) -> Result<QueryRecord, EvalError> {
         let started = Instant::now();
-        let mut record = match self.method {
-            Method::Tableseek => self.tableseek(llm, query)?,
-            Method::Bm25 => self.bm25(llm, query)?,
-            Method::Oracle => {
-                let gold = query.gold_table();
-                let table = self.index_of.get(gold).copied().ok_or_else(|| {
-                    EvalError::GoldNotInCorpus {
-                        qid: query.qid.clone(),
-                        table: gold.to_string(),
-                    }
-                })?;
-                self.baseline(llm, query, vec![table], 0.0)?
-            }
-            Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0)?,
-        };
+        let mut record =
+            match self.method {
+                Method::Tableseek => self.tableseek(llm, query)?,
+                Method::Bm25 => self.bm25(llm, query)?,
+                Method::Oracle => {
+                    let gold = query.gold_table();
+                    let table = self.index_of.get(gold).copied().ok_or_else(|| {
+                        EvalError::GoldNotInCorpus {
+                            qid: query.qid.clone(),
+                            table: gold.to_string(),
+                        }
+                    })?;
+                    self.baseline(llm, query, vec![table], 0.0)?
+                }
+                Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0)?,
+            };
         let cost = &mut record.cost;
         if self.options.timings {
             cost.ms.total = started.elapsed().as_secs_f64() * 1e3;
