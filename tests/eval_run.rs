@@ -334,3 +334,60 @@ fn compare_pairs_common_queries() {
     assert_eq!((recall.mean_a, recall.mean_b), (1.0, 1.0));
     assert!(recall.t_test.is_err());
 }
+
+#[test]
+fn report_and_compare_commands_read_run_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let a = tmp.path().join("tableseek");
+    let b = tmp.path().join("bm25");
+    full_run(Method::Tableseek, &a, &queries, &mut FakeLlm::default());
+    full_run(Method::Bm25, &b, &queries, &mut FakeLlm::default());
+    let summary_a = read(&a.join(SUMMARY_FILE));
+    std::fs::remove_file(a.join(SUMMARY_FILE)).unwrap();
+
+    let bin = env!("CARGO_BIN_EXE_tableseek");
+    let output = std::process::Command::new(bin)
+        .arg("report")
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| ")).count(),
+        3,
+        "{table}"
+    );
+    assert!(
+        table.contains("| tableseek | 6 |") && table.contains("| bm25 | 6 |"),
+        "{table}"
+    );
+    assert_eq!(read(&a.join(SUMMARY_FILE)), summary_a);
+
+    let output = std::process::Command::new(bin)
+        .args(["compare", "--resamples", "500"])
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("6 common queries"), "{text}");
+    assert!(text.contains("| R@all | 6 |"), "{text}");
+
+    let output = std::process::Command::new(bin)
+        .args(["report"])
+        .arg(tmp.path().join("missing"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no finished queries"));
+}
