@@ -136,6 +136,9 @@ pub struct QueryRecord {
     /// The agent's full trajectory (calls, rounds); absent for single-call baselines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trajectory: Option<Trajectory>,
+    /// The raw output of a baseline's QA call (the agent's are in its trajectory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qa_output: Option<String>,
     pub gold: Gold,
     pub metrics: QueryMetrics,
     pub cost: Cost,
@@ -320,6 +323,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             tables_seen,
             ranking,
             trajectory: Some(trajectory),
+            qa_output: None,
             gold: gold(query),
             metrics: placeholder_metrics(),
             cost,
@@ -381,6 +385,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             tables_seen: ids.clone(),
             ranking: ids,
             trajectory: None,
+            qa_output: Some(response.text),
             gold: gold(query),
             metrics: placeholder_metrics(),
             cost: Cost {
