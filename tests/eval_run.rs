@@ -116,6 +116,8 @@ fn config(method: Method) -> RunConfig {
         git_revision: None,
         model_sha256: Some("abc".into()),
         options: serde_json::json!({ "method": method, "steps": 5 }),
+        limit: None,
+        command_line: Vec::new(),
     }
 }
 
@@ -267,9 +269,10 @@ fn resuming_refuses_other_settings_and_fresh_runs_refuse_old_dirs() {
         .err()
         .unwrap();
     assert!(matches!(err, RunError::Exists(_)), "{err}");
-    // A different git revision alone does not block resuming.
+    // A different git revision or query limit does not block resuming.
     let mut moved = config(Method::Oracle);
     moved.git_revision = Some("0123".into());
+    moved.limit = Some(3);
     assert_eq!(
         RunDir::open(&dir, &moved, true).unwrap().finished().len(),
         6

@@ -163,6 +163,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             "max_table_chars": args.max_table_chars,
             "timings": !args.no_timings,
         }),
+        limit: args.limit,
+        command_line: std::env::args().collect(),
     };
     // Open (and check) the run directory before the slow corpus and model loading.
     let mut run_dir = RunDir::open(&args.out, &config, args.resume)?;

@@ -66,7 +66,8 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
 }
 
 /// What `config.json` holds. Only `options` and `model_sha256` must match to resume; the
-/// revision may move (a fix between two halves of a run is recorded, with a warning).
+/// revision may move (a fix between two halves of a run is recorded, with a warning), and the
+/// query limit and command line are those of the first session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
     pub tableseek_version: String,
@@ -74,6 +75,10 @@ pub struct RunConfig {
     pub model_sha256: Option<String>,
     /// Every option that affects a query's result, as the command line gave it.
     pub options: serde_json::Value,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub command_line: Vec<String>,
 }
 
 impl RunConfig {
