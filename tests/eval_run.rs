@@ -65,6 +65,8 @@ fn knowledge() -> BTreeMap<&'static str, (&'static str, &'static str)> {
 struct FakeLlm {
     calls: usize,
     blind: bool,
+    /// QA calls on the query containing this text fail.
+    fail_qa_on: Option<&'static str>,
 }
 
 impl Llm for FakeLlm {
@@ -82,6 +84,10 @@ impl Llm for FakeLlm {
             .map(|(_, v)| v)
             .ok_or_else(|| AgentError::Llm("no query in prompt".into()))?;
         let answer = if self.blind { "Paris" } else { answer };
+        let is_qa = matches!(request.kind, CallKind::Qa | CallKind::QaFallback);
+        if is_qa && self.fail_qa_on.is_some_and(|key| prompt.contains(key)) {
+            return Err(AgentError::Llm("context window exceeded".into()));
+        }
         let text = match request.kind {
             CallKind::PatternGen => patterns.to_string(),
             CallKind::Refine => r#"{"action": "select", "tables": ["T0"]}"#.to_string(),
@@ -393,4 +399,44 @@ fn report_and_compare_commands_read_run_directories() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("no finished queries"));
+}
+
+#[test]
+fn a_failing_query_is_recorded_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    for method in [Method::Tableseek, Method::Bm25] {
+        let dir = tmp.path().join(method.as_str());
+        let mut llm = FakeLlm {
+            fail_qa_on: Some("moons does Saturn"),
+            ..FakeLlm::default()
+        };
+        full_run(method, &dir, &queries, &mut llm);
+        let records = read_records(&dir).unwrap();
+        assert_eq!(records.len(), 6, "{method}");
+        let q3 = &records[2];
+        assert_eq!(q3.qid, "q3");
+        assert!(
+            q3.error.as_deref().unwrap().contains("context window"),
+            "{method}"
+        );
+        assert_eq!((q3.prediction.as_str(), q3.metrics.f1), ("", Some(0.0)));
+        if method == Method::Tableseek {
+            // What the agent did before the failure is kept.
+            let trajectory = q3.trajectory.as_ref().unwrap();
+            assert_eq!(trajectory.calls.len(), 2);
+            assert_eq!(
+                q3.ranking.first().map(String::as_str),
+                Some("space/planets.csv")
+            );
+        }
+        assert!(records
+            .iter()
+            .filter(|r| r.qid != "q3")
+            .all(|r| r.error.is_none()));
+        let summary: serde_json::Value =
+            serde_json::from_str(&read(&dir.join(SUMMARY_FILE))).unwrap();
+        assert_eq!(summary["errors"], 1);
+        assert!(read(&dir.join(REPORT_FILE)).contains("| errors |"));
+    }
 }

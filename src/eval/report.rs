@@ -31,6 +31,8 @@ pub struct Summary {
     /// The methods of the records (one for a normal run), sorted.
     pub methods: Vec<String>,
     pub n: usize,
+    /// Queries whose model call failed (recorded without an answer, scored as wrong).
+    pub errors: usize,
     pub metrics: SummaryMetrics,
 }
 
@@ -47,6 +49,7 @@ impl Summary {
         Ok(Self {
             methods,
             n: records.len(),
+            errors: records.iter().filter(|r| r.error.is_some()).count(),
             metrics: SummaryMetrics {
                 aggregate,
                 avg_steps: mean(&|r| r.cost.steps as f64),
@@ -68,7 +71,7 @@ impl Summary {
 type Column = (&'static str, fn(&Summary) -> Option<f64>);
 
 /// The main-results columns; a column is shown when some run has a value for it.
-const COLUMNS: [Column; 17] = [
+const COLUMNS: [Column; 18] = [
     ("R@1", |s| Some(s.metrics.aggregate.r_at_1)),
     ("R@3", |s| Some(s.metrics.aggregate.r_at_3)),
     ("R@5", |s| Some(s.metrics.aggregate.r_at_5)),
@@ -86,6 +89,7 @@ const COLUMNS: [Column; 17] = [
     ("steps", |s| Some(s.metrics.avg_steps)),
     ("prompt tok", |s| Some(s.metrics.avg_prompt_tokens)),
     ("s/query", |s| Some(s.metrics.avg_ms.total / 1e3)),
+    ("errors", |s| (s.errors > 0).then_some(s.errors as f64)),
 ];
 
 /// A Markdown main-results table, one row per named run.
@@ -110,6 +114,9 @@ pub fn render_report(runs: &[(&str, &Summary)]) -> String {
         );
         for (column, get) in &shown {
             match get(summary) {
+                Some(v) if *column == "errors" => {
+                    let _ = write!(out, " {v:.0} |");
+                }
                 Some(v) if matches!(*column, "steps" | "prompt tok") => {
                     let _ = write!(out, " {v:.1} |");
                 }

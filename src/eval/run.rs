@@ -124,6 +124,9 @@ pub struct QueryRecord {
     pub qid: String,
     pub method: Method,
     pub task: TaskType,
+    /// Why the model failed on this query (the record then has no answer and scores as wrong).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// The answer, or `supported` / `refuted` for claims.
     pub prediction: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,10 +239,10 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         query: &EvalQuery,
     ) -> Result<QueryRecord, EvalError> {
         let started = Instant::now();
-        let mut record =
+        let result =
             match self.method {
-                Method::Tableseek => self.tableseek(llm, query)?,
-                Method::Bm25 => self.bm25(llm, query)?,
+                Method::Tableseek => self.tableseek(llm, query),
+                Method::Bm25 => self.bm25(llm, query),
                 Method::Oracle => {
                     let gold = query.gold_table();
                     let table = self.index_of.get(gold).copied().ok_or_else(|| {
@@ -248,10 +251,17 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                             table: gold.to_string(),
                         }
                     })?;
-                    self.baseline(llm, query, vec![table], 0.0)?
+                    self.baseline(llm, query, vec![table], 0.0)
                 }
-                Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0)?,
+                Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
             };
+        // A model failure is this query's outcome, not the run's: stopping would make every
+        // resume fail on the same query.
+        let mut record = match result {
+            Ok(record) => record,
+            Err(EvalError::Agent(error)) => self.failed(query, error),
+            Err(other) => return Err(other),
+        };
         let cost = &mut record.cost;
         if self.options.timings {
             cost.ms.total = started.elapsed().as_secs_f64() * 1e3;
@@ -278,7 +288,11 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             TaskType::Tableqa => &self.tableqa_agent,
             TaskType::FactVerification => &self.fact_agent,
         };
-        let mut trajectory = agent.run(llm, self.space, &query.query)?;
+        let trajectory = agent.run(llm, self.space, &query.query)?;
+        Ok(self.from_trajectory(query, trajectory))
+    }
+
+    fn from_trajectory(&self, query: &EvalQuery, mut trajectory: Trajectory) -> QueryRecord {
         trajectory.query_id = Some(query.qid.clone());
         let mut cost = Cost {
             steps: trajectory.steps,
@@ -313,10 +327,11 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(QueryRecord {
+        QueryRecord {
             qid: query.qid.clone(),
             method: self.method,
             task: query.task,
+            error: None,
             prediction: trajectory.answer.clone(),
             verdict: trajectory.verdict,
             final_table: trajectory.final_table.clone(),
@@ -327,7 +342,40 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             gold: gold(query),
             metrics: placeholder_metrics(),
             cost,
-        })
+        }
+    }
+
+    /// The record of a query whose model call failed: what was done before the failure (the
+    /// agent's partial trajectory), no answer, and the reason.
+    fn failed(&self, query: &EvalQuery, error: AgentError) -> QueryRecord {
+        tracing::warn!(qid = %query.qid, %error, "query failed; recorded without an answer");
+        let message = error.to_string();
+        let mut record = match error {
+            AgentError::Aborted { partial, .. } => {
+                let mut record = self.from_trajectory(query, *partial);
+                record.prediction.clear();
+                record.verdict = None;
+                record
+            }
+            _ => QueryRecord {
+                qid: query.qid.clone(),
+                method: self.method,
+                task: query.task,
+                error: None,
+                prediction: String::new(),
+                verdict: None,
+                final_table: None,
+                tables_seen: Vec::new(),
+                ranking: Vec::new(),
+                trajectory: None,
+                qa_output: None,
+                gold: gold(query),
+                metrics: placeholder_metrics(),
+                cost: Cost::default(),
+            },
+        };
+        record.error = Some(message);
+        record
     }
 
     fn bm25<L: Llm + ?Sized>(
@@ -379,6 +427,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             qid: query.qid.clone(),
             method: self.method,
             task: query.task,
+            error: None,
             prediction: outcome.answer,
             verdict: Some(outcome.verdict),
             final_table: ids.first().cloned(),
