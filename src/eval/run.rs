@@ -289,10 +289,10 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             TaskType::FactVerification => &self.fact_agent,
         };
         let trajectory = agent.run(llm, self.space, &query.query)?;
-        Ok(self.from_trajectory(query, trajectory))
+        Ok(self.trajectory_record(query, trajectory))
     }
 
-    fn from_trajectory(&self, query: &EvalQuery, mut trajectory: Trajectory) -> QueryRecord {
+    fn trajectory_record(&self, query: &EvalQuery, mut trajectory: Trajectory) -> QueryRecord {
         trajectory.query_id = Some(query.qid.clone());
         let mut cost = Cost {
             steps: trajectory.steps,
@@ -352,7 +352,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         let message = error.to_string();
         let mut record = match error {
             AgentError::Aborted { partial, .. } => {
-                let mut record = self.from_trajectory(query, *partial);
+                let mut record = self.trajectory_record(query, *partial);
                 record.prediction.clear();
                 record.verdict = None;
                 record
