@@ -2,6 +2,7 @@ use clap::{Parser, Subcommand};
 
 mod ask;
 mod corpus;
+mod eval;
 mod generate;
 mod grep;
 mod model_args;
@@ -36,6 +37,12 @@ pub enum Command {
     Chat(generate::ChatArgs),
     /// Rank tables for a file of queries with a baseline retriever (dense or BM25).
     Retrieve(retrieve::RetrieveArgs),
+    /// Run a method over a dataset into a resumable run directory.
+    Eval(eval::EvalArgs),
+    /// Rebuild summary.json and report.md of run directories from their queries.jsonl.
+    Report(eval::ReportArgs),
+    /// Paired significance tests between two runs over their common queries.
+    Compare(eval::CompareArgs),
 }
 
 pub fn init_tracing(verbose: u8) {
@@ -61,5 +68,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(args) => generate::run_generate(args),
         Command::Chat(args) => generate::run_chat(args),
         Command::Retrieve(args) => retrieve::run(args),
+        Command::Eval(args) => eval::run_eval(args),
+        Command::Report(args) => eval::run_report(args),
+        Command::Compare(args) => eval::run_compare(args),
     }
 }

@@ -1,12 +1,26 @@
 //! Datasets, the paper's metrics, statistics, resumable runs, reports.
 //!
+//! - [`dataset`]: the JSONL query format and the TabFact adapter.
+//! - [`run`]: the evaluated methods ([`Method`]) and the per-query [`QueryRecord`].
+//! - [`rundir`]: resumable run directories (`config.json`, `queries.jsonl`, `summary.json`,
+//!   `report.md`).
+//! - [`report`]: summaries, the main-results table, paired comparisons of two runs.
 //! - [`metrics`]: per-query retrieval, QA and verification scores and their aggregates, format
 //!   robustness, refinement curves.
 //! - [`answer`]: SQuAD-style answer normalisation, token F1 and exact match.
 //! - [`stats`]: paired significance tests on per-query scores.
 
 pub mod answer;
+pub mod dataset;
 pub mod metrics;
+pub mod report;
+pub mod run;
+pub mod rundir;
 pub mod stats;
 
 mod special;
+
+pub use dataset::{load_queries, resolve_dataset, DatasetError, EvalQuery};
+pub use report::{compare_runs, render_comparison, render_report, Comparison, Summary};
+pub use run::{EvalError, EvalOptions, Evaluator, Method, QueryRecord};
+pub use rundir::{read_records, write_summary, RunConfig, RunDir, RunError};

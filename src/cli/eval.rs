@@ -1,0 +1,267 @@
+//! `tableseek eval` (resumable evaluation runs), `tableseek report` (rebuild summaries and one
+//! comparison table from run directories) and `tableseek compare` (paired significance tests).
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+use tableseek::agent::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
+use tableseek::corpus::{Corpus, LoadOptions};
+use tableseek::eval::stats::BootstrapOptions;
+use tableseek::eval::{
+    compare_runs, load_queries, read_records, render_comparison, render_report, resolve_dataset,
+    write_summary, EvalOptions, Evaluator, Method, RunConfig, RunDir,
+};
+
+use super::ask::AgentArgs;
+use super::model_args::ModelArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// `tabfact-test-1k`, `tabfact-test` (from the shared data dir: $TABLESEEK_SHARED, else
+    /// ../shared beside the source tree) or a JSONL file of queries.
+    #[arg(long)]
+    pub dataset: String,
+    /// Directory of tables; defaults to the named dataset's own corpus.
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
+    /// tableseek, bm25, oracle or no-table.
+    #[arg(long)]
+    pub method: Method,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Agent settings (`--task` is ignored: each query carries its own task).
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// Longest table text QA reads (characters); the rest is cut at a line end.
+    #[arg(long, default_value_t = DEFAULT_MAX_TABLE_CHARS)]
+    pub max_table_chars: usize,
+    /// Run directory: config.json, queries.jsonl, summary.json, report.md.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Only the first N queries of the dataset.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Continue the run in --out, skipping finished queries.
+    #[arg(long)]
+    pub resume: bool,
+    /// Record every time as 0, so two runs compare byte for byte.
+    #[arg(long)]
+    pub no_timings: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// Run directories; each gets a fresh summary.json and report.md, and with several a
+    /// comparison table is printed.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    pub run_a: PathBuf,
+    pub run_b: PathBuf,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = 10_000)]
+    pub resamples: usize,
+    #[arg(long, default_value_t = 2024)]
+    pub seed: u64,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn shared_dir() -> PathBuf {
+    std::env::var_os("TABLESEEK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+}
+
+fn git_revision() -> Option<String> {
+    let output = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn sha256_file(path: &Path, hasher: &mut Sha256) -> anyhow::Result<()> {
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            return Ok(());
+        }
+        hasher.update(&buffer[..n]);
+    }
+}
+
+/// The weights' identity: the file's sha256, or for a checkpoint directory the sha256 over its
+/// files in name order (names included).
+fn model_sha256(model: &ModelArgs) -> anyhow::Result<Option<String>> {
+    if model.random_init.is_some() {
+        return Ok(None);
+    }
+    let mut hasher = Sha256::new();
+    if model.model.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&model.model)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
+        files.sort();
+        for file in files {
+            hasher.update(file.file_name().unwrap_or_default().as_encoded_bytes());
+            sha256_file(&file, &mut hasher)?;
+        }
+    } else {
+        sha256_file(&model.model, &mut hasher)?;
+    }
+    Ok(Some(hex::encode(hasher.finalize())))
+}
+
+pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
+    let agent_config = args.agent.config(1)?;
+    let (dataset, default_corpus) = resolve_dataset(&args.dataset, &shared_dir());
+    let corpus_dir = args
+        .corpus
+        .clone()
+        .or(default_corpus)
+        .context("--corpus is required for a dataset given as a file")?;
+    let mut queries = load_queries(&dataset)?;
+    if let Some(limit) = args.limit {
+        queries.truncate(limit);
+    }
+    let config = RunConfig {
+        tableseek_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_revision: git_revision(),
+        model_sha256: model_sha256(&args.model)?,
+        options: serde_json::json!({
+            "dataset": dataset,
+            "corpus": corpus_dir,
+            "method": args.method,
+            "model": args.model.model,
+            "tokenizer": args.model.tokenizer,
+            "random_init": args.model.random_init,
+            "device": args.model.device,
+            "dtype": args.model.dtype,
+            "steps": args.agent.steps,
+            "strategy": agent_config.strategy,
+            "evidence": agent_config.evidence,
+            "fallback_tables": args.agent.fallback_tables,
+            "history": agent_config.history,
+            "max_new_tokens": args.agent.max_new_tokens,
+            "enable_thinking": args.agent.enable_thinking,
+            "ablations": agent_config.ablations,
+            "max_table_chars": args.max_table_chars,
+            "timings": !args.no_timings,
+        }),
+        limit: args.limit,
+        command_line: std::env::args().collect(),
+    };
+    // Open (and check) the run directory before the slow corpus and model loading.
+    let mut run_dir = RunDir::open(&args.out, &config, args.resume)?;
+    let pending = queries
+        .iter()
+        .filter(|q| !run_dir.is_finished(&q.qid))
+        .count();
+    tracing::info!(
+        total = queries.len(),
+        finished = queries.len() - pending,
+        "starting"
+    );
+    let (corpus, report) = Corpus::load(&corpus_dir, &LoadOptions::default())
+        .with_context(|| format!("loading corpus {}", corpus_dir.display()))?;
+    for skipped in &report.skipped {
+        tracing::warn!(path = %skipped.path.display(), reason = %skipped.reason, "skipped");
+    }
+    anyhow::ensure!(!corpus.is_empty(), "no tables in {}", corpus_dir.display());
+    let missing = queries
+        .iter()
+        .filter(|q| corpus.index_of(q.gold_table()).is_none())
+        .count();
+    if missing > 0 {
+        tracing::warn!(missing, "queries whose gold table is not in the corpus");
+    }
+    let mut model = args.model.load()?;
+    let max_new_tokens = args
+        .agent
+        .max_new_tokens
+        .unwrap_or(model.default_max_new_tokens());
+    let options = EvalOptions {
+        agent: args.agent.config(model.default_max_new_tokens())?,
+        qa_max_new_tokens: max_new_tokens,
+        timings: !args.no_timings,
+        ..EvalOptions::default()
+    };
+    let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);
+    let evaluator = Evaluator::new(args.method, &space, corpus.len(), options)?;
+    let mut llm = EngineLlm::new(&mut model).enable_thinking(args.agent.enable_thinking);
+    let progress = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(pending as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} queries  {per_sec}  eta {eta}  {msg}",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let summary = run_dir.run(&evaluator, &mut llm, &queries, |record| {
+        progress.set_message(record.qid.clone());
+        progress.inc(1);
+    })?;
+    progress.finish_and_clear();
+    println!(
+        "{}",
+        render_report(&[(&args.out.display().to_string(), &summary)])
+    );
+    Ok(())
+}
+
+pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
+    let mut summaries = Vec::new();
+    for dir in &args.runs {
+        let records = read_records(dir)?;
+        summaries.push((dir.display().to_string(), write_summary(dir, &records)?));
+    }
+    let rows: Vec<(&str, &_)> = summaries.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    println!("{}", render_report(&rows));
+    Ok(())
+}
+
+pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
+    let a = read_records(&args.run_a)?;
+    let b = read_records(&args.run_b)?;
+    let options = BootstrapOptions::default()
+        .resamples(args.resamples)
+        .seed(args.seed);
+    let comparison = compare_runs(&a, &b, &options);
+    anyhow::ensure!(
+        comparison.common > 0,
+        "{} and {} have no query in common",
+        args.run_a.display(),
+        args.run_b.display()
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    } else {
+        print!(
+            "{}",
+            render_comparison(
+                &args.run_a.display().to_string(),
+                &args.run_b.display().to_string(),
+                &comparison
+            )
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! Evaluation datasets: one JSONL query format, plus an adapter for TARGET-TabFact's claim files.
+//!
+//! The native format, one JSON object per line:
+//! `{"qid", "query", "task": "tableqa"|"fact_verification", "answers"?: [..], "label"?: 0|1,
+//! "gold_tables": [..], "group_tables"?: [..]}`. Table ids are corpus ids (paths relative to the
+//! corpus directory).
+//!
+//! TabFact lines (`{"qid", "claim", "label", "gold_table"}`, as in `data/tabfact/test.jsonl`) are
+//! recognised by their `claim` field and read as fact-verification queries; their `gold_table`
+//! file names are already the corpus ids of `data/tabfact/tables`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::TaskType;
+
+/// Why a dataset could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: duplicate qid {qid:?} (lines {first} and {second})")]
+    DuplicateQid {
+        path: PathBuf,
+        qid: String,
+        first: usize,
+        second: usize,
+    },
+    #[error("{0}: no queries")]
+    Empty(PathBuf),
+}
+
+/// One evaluation query with its gold data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalQuery {
+    pub qid: String,
+    pub query: String,
+    pub task: TaskType,
+    /// Acceptable answers (table QA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<String>,
+    /// 1 supported, 0 refuted (fact verification).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<i64>,
+    /// The first one is the table the recall metrics test for.
+    pub gold_tables: Vec<String>,
+    /// Sibling tables for the group-recall metrics; `None` for datasets without groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_tables: Option<Vec<String>>,
+}
+
+impl EvalQuery {
+    /// The table R@k and R@all test for.
+    pub fn gold_table(&self) -> &str {
+        self.gold_tables.first().map_or("", String::as_str)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.qid.trim().is_empty() {
+            return Err("empty qid".into());
+        }
+        if self.query.trim().is_empty() {
+            return Err("empty query".into());
+        }
+        if self.gold_tables.is_empty() {
+            return Err("gold_tables is empty".into());
+        }
+        match self.task {
+            TaskType::Tableqa if self.answers.is_empty() => {
+                Err("a tableqa query needs at least one answer".into())
+            }
+            TaskType::FactVerification if !matches!(self.label, Some(0 | 1)) => {
+                Err("a fact_verification query needs label 0 or 1".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TabFactLine {
+    qid: String,
+    claim: String,
+    label: i64,
+    gold_table: String,
+}
+
+impl From<TabFactLine> for EvalQuery {
+    fn from(line: TabFactLine) -> Self {
+        Self {
+            qid: line.qid,
+            query: line.claim,
+            task: TaskType::FactVerification,
+            answers: Vec::new(),
+            label: Some(line.label),
+            gold_tables: vec![line.gold_table],
+            group_tables: None,
+        }
+    }
+}
+
+fn parse_line(text: &str) -> Result<EvalQuery, String> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let query = if value.get("claim").is_some() && value.get("query").is_none() {
+        serde_json::from_value::<TabFactLine>(value).map(EvalQuery::from)
+    } else {
+        serde_json::from_value::<EvalQuery>(value)
+    }
+    .map_err(|e| e.to_string())?;
+    query.check()?;
+    Ok(query)
+}
+
+/// Reads a dataset file (native or TabFact lines, blank lines ignored). Qids must be unique:
+/// resuming a run relies on them.
+pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut queries = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let query = parse_line(line).map_err(|message| DatasetError::Invalid {
+            path: path.to_path_buf(),
+            line: index + 1,
+            message,
+        })?;
+        if let Some(first) = seen.insert(query.qid.clone(), index + 1) {
+            return Err(DatasetError::DuplicateQid {
+                path: path.to_path_buf(),
+                qid: query.qid,
+                first,
+                second: index + 1,
+            });
+        }
+        queries.push(query);
+    }
+    if queries.is_empty() {
+        return Err(DatasetError::Empty(path.to_path_buf()));
+    }
+    Ok(queries)
+}
+
+/// Where a named dataset lives under the shared directory: its query file and default corpus.
+/// Anything else is taken as a path to a JSONL file (with no default corpus).
+pub fn resolve_dataset(name: &str, shared: &Path) -> (PathBuf, Option<PathBuf>) {
+    let tabfact = shared.join("data/tabfact");
+    match name {
+        "tabfact-test-1k" => (tabfact.join("test-1k.jsonl"), Some(tabfact.join("tables"))),
+        "tabfact-test" => (tabfact.join("test.jsonl"), Some(tabfact.join("tables"))),
+        path => (PathBuf::from(path), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_native_and_tabfact_lines() {
+        let native = parse_line(
+            r#"{"qid":"s1","query":"Capital?","task":"tableqa","answers":["Canberra"],"gold_tables":["a.csv"]}"#,
+        )
+        .unwrap();
+        assert_eq!(native.task, TaskType::Tableqa);
+        assert_eq!(native.gold_table(), "a.csv");
+        let claim = parse_line(
+            r#"{"qid":"test-1_2","claim":"x be y","label":1,"gold_table":"1-2.html.csv","small_test":false}"#,
+        )
+        .unwrap();
+        assert_eq!(claim.task, TaskType::FactVerification);
+        assert_eq!(claim.query, "x be y");
+        assert_eq!(claim.label, Some(1));
+        assert_eq!(claim.gold_tables, ["1-2.html.csv"]);
+    }
+
+    #[test]
+    fn rejects_queries_that_cannot_be_scored() {
+        assert!(
+            parse_line(r#"{"qid":"a","query":"q","task":"tableqa","gold_tables":["t"]}"#)
+                .unwrap_err()
+                .contains("answer")
+        );
+        assert!(parse_line(
+            r#"{"qid":"a","query":"q","task":"fact_verification","label":2,"gold_tables":["t"]}"#
+        )
+        .unwrap_err()
+        .contains("label"));
+        assert!(parse_line(
+            r#"{"qid":"a","query":"q","task":"tableqa","answers":["x"],"gold_tables":[]}"#
+        )
+        .unwrap_err()
+        .contains("gold_tables"));
+    }
+}

@@ -1,0 +1,261 @@
+//! Run summaries, the main-results table, and paired comparisons of two runs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::metrics::{Aggregate, MetricsError};
+use super::run::{QueryRecord, StageMs};
+use super::stats::{
+    paired_bootstrap, paired_t_test, wilcoxon_signed_rank, BootstrapOptions, BootstrapResult,
+    TTestResult, WilcoxonResult,
+};
+
+/// The paper's metrics plus average cost per query.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SummaryMetrics {
+    #[serde(flatten)]
+    pub aggregate: Aggregate,
+    pub avg_steps: f64,
+    pub avg_llm_calls: f64,
+    pub avg_prompt_tokens: f64,
+    pub avg_cached_tokens: f64,
+    /// Mean wall time per query by stage.
+    pub avg_ms: StageMs,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// The methods of the records (one for a normal run), sorted.
+    pub methods: Vec<String>,
+    pub n: usize,
+    /// Queries whose model call failed (recorded without an answer, scored as wrong).
+    pub errors: usize,
+    pub metrics: SummaryMetrics,
+}
+
+impl Summary {
+    /// Aggregates records in the given order (a run's finishing order, which resuming keeps).
+    pub fn from_records(records: &[QueryRecord]) -> Result<Self, MetricsError> {
+        let per_query: Vec<_> = records.iter().map(|r| r.metrics.clone()).collect();
+        let aggregate = Aggregate::from_metrics(&per_query)?;
+        let n = records.len() as f64;
+        let mean = |f: &dyn Fn(&QueryRecord) -> f64| records.iter().map(f).sum::<f64>() / n;
+        let mut methods: Vec<String> = records.iter().map(|r| r.method.to_string()).collect();
+        methods.sort();
+        methods.dedup();
+        Ok(Self {
+            methods,
+            n: records.len(),
+            errors: records.iter().filter(|r| r.error.is_some()).count(),
+            metrics: SummaryMetrics {
+                aggregate,
+                avg_steps: mean(&|r| r.cost.steps as f64),
+                avg_llm_calls: mean(&|r| r.cost.llm_calls as f64),
+                avg_prompt_tokens: mean(&|r| r.cost.prompt_tokens as f64),
+                avg_cached_tokens: mean(&|r| r.cost.cached_tokens as f64),
+                avg_ms: StageMs {
+                    retrieval: mean(&|r| r.cost.ms.retrieval),
+                    pattern_gen: mean(&|r| r.cost.ms.pattern_gen),
+                    refine: mean(&|r| r.cost.ms.refine),
+                    qa: mean(&|r| r.cost.ms.qa),
+                    total: mean(&|r| r.cost.ms.total),
+                },
+            },
+        })
+    }
+}
+
+type Column = (&'static str, fn(&Summary) -> Option<f64>);
+
+/// The main-results columns; a column is shown when some run has a value for it.
+const COLUMNS: [Column; 18] = [
+    ("R@1", |s| Some(s.metrics.aggregate.r_at_1)),
+    ("R@3", |s| Some(s.metrics.aggregate.r_at_3)),
+    ("R@5", |s| Some(s.metrics.aggregate.r_at_5)),
+    ("R@all", |s| s.metrics.aggregate.r_all),
+    ("R@final", |s| s.metrics.aggregate.r_final),
+    ("GR@1", |s| s.metrics.aggregate.gr_at_1),
+    ("GR@all", |s| s.metrics.aggregate.gr_all),
+    ("DS@all", |s| s.metrics.aggregate.ds_all),
+    ("F1", |s| s.metrics.aggregate.f1),
+    ("EM", |s| s.metrics.aggregate.em),
+    ("Acc", |s| s.metrics.aggregate.acc),
+    ("Acc-Sup", |s| s.metrics.aggregate.acc_sup),
+    ("Acc-Ref", |s| s.metrics.aggregate.acc_ref),
+    ("Eff", |s| s.metrics.aggregate.eff),
+    ("steps", |s| Some(s.metrics.avg_steps)),
+    ("prompt tok", |s| Some(s.metrics.avg_prompt_tokens)),
+    ("s/query", |s| Some(s.metrics.avg_ms.total / 1e3)),
+    ("errors", |s| (s.errors > 0).then_some(s.errors as f64)),
+];
+
+/// A Markdown main-results table, one row per named run.
+pub fn render_report(runs: &[(&str, &Summary)]) -> String {
+    let shown: Vec<&Column> = COLUMNS
+        .iter()
+        .filter(|(_, get)| runs.iter().any(|(_, s)| get(s).is_some()))
+        .collect();
+    let mut out = String::from("| run | method | n |");
+    for (name, _) in &shown {
+        let _ = write!(out, " {name} |");
+    }
+    out.push_str("\n|---|---|---:|");
+    out.push_str(&"---:|".repeat(shown.len()));
+    out.push('\n');
+    for (name, summary) in runs {
+        let _ = write!(
+            out,
+            "| {name} | {} | {} |",
+            summary.methods.join("+"),
+            summary.n
+        );
+        for (column, get) in &shown {
+            match get(summary) {
+                Some(v) if *column == "errors" => {
+                    let _ = write!(out, " {v:.0} |");
+                }
+                Some(v) if matches!(*column, "steps" | "prompt tok") => {
+                    let _ = write!(out, " {v:.1} |");
+                }
+                Some(v) if *column == "s/query" => {
+                    let _ = write!(out, " {v:.2} |");
+                }
+                Some(v) => {
+                    let _ = write!(out, " {v:.3} |");
+                }
+                None => out.push_str(" – |"),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The three paired tests on one per-query score; a test that cannot run says why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricComparison {
+    pub metric: &'static str,
+    pub n: usize,
+    pub mean_a: f64,
+    pub mean_b: f64,
+    pub bootstrap: Result<BootstrapResult, String>,
+    pub wilcoxon: Result<WilcoxonResult, String>,
+    pub t_test: Result<TTestResult, String>,
+}
+
+/// Two runs compared over the qids both finished.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub common: usize,
+    pub only_a: usize,
+    pub only_b: usize,
+    pub metrics: Vec<MetricComparison>,
+}
+
+fn compare_metric(
+    metric: &'static str,
+    a: &[f64],
+    b: &[f64],
+    bootstrap: &BootstrapOptions,
+) -> MetricComparison {
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    MetricComparison {
+        metric,
+        n: a.len(),
+        mean_a: mean(a),
+        mean_b: mean(b),
+        bootstrap: paired_bootstrap(a, b, bootstrap).map_err(|e| e.to_string()),
+        wilcoxon: wilcoxon_signed_rank(a, b).map_err(|e| e.to_string()),
+        t_test: paired_t_test(a, b).map_err(|e| e.to_string()),
+    }
+}
+
+/// Pairs the records by qid (in `a`'s order) and tests the answer score (F1 for table QA,
+/// correctness for claims) and R@all. Differences are `a - b`.
+pub fn compare_runs(
+    a: &[QueryRecord],
+    b: &[QueryRecord],
+    bootstrap: &BootstrapOptions,
+) -> Comparison {
+    let b_by_qid: BTreeMap<&str, &QueryRecord> = b.iter().map(|r| (r.qid.as_str(), r)).collect();
+    let pairs: Vec<(&QueryRecord, &QueryRecord)> = a
+        .iter()
+        .filter_map(|ra| b_by_qid.get(ra.qid.as_str()).map(|rb| (ra, *rb)))
+        .collect();
+    let mut metrics = Vec::new();
+    let scored: Vec<(f64, f64)> = pairs
+        .iter()
+        .filter_map(|(ra, rb)| Some((ra.answer_score()?, rb.answer_score()?)))
+        .collect();
+    if !scored.is_empty() {
+        let tableqa = pairs.iter().any(|(ra, _)| ra.metrics.f1.is_some());
+        let name = if tableqa { "answer (F1 / Acc)" } else { "Acc" };
+        let (xa, xb): (Vec<f64>, Vec<f64>) = scored.into_iter().unzip();
+        metrics.push(compare_metric(name, &xa, &xb, bootstrap));
+    }
+    let flag = |hit: bool| f64::from(u8::from(hit));
+    let recall: Vec<(f64, f64)> = pairs
+        .iter()
+        .filter_map(|(ra, rb)| Some((flag(ra.metrics.r_all?), flag(rb.metrics.r_all?))))
+        .collect();
+    if !recall.is_empty() {
+        let (xa, xb): (Vec<f64>, Vec<f64>) = recall.into_iter().unzip();
+        metrics.push(compare_metric("R@all", &xa, &xb, bootstrap));
+    }
+    Comparison {
+        common: pairs.len(),
+        only_a: a.len() - pairs.len(),
+        only_b: b.len() - pairs.len(),
+        metrics,
+    }
+}
+
+/// The comparison as a short Markdown table.
+pub fn render_comparison(name_a: &str, name_b: &str, comparison: &Comparison) -> String {
+    let mut out = format!(
+        "A = {name_a}\nB = {name_b}\n{} common queries ({} only in A, {} only in B)\n\n",
+        comparison.common, comparison.only_a, comparison.only_b
+    );
+    out.push_str(
+        "| metric | n | A | B | A-B | 95% CI (bootstrap) | p bootstrap | p Wilcoxon | p t-test |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---|---:|---:|---:|\n");
+    for m in &comparison.metrics {
+        let (diff, ci, p_boot) = match &m.bootstrap {
+            Ok(b) => (
+                format!("{:+.3}", b.mean_diff),
+                format!("[{:+.3}, {:+.3}]", b.ci_low, b.ci_high),
+                format!("{:.4}", b.p_value),
+            ),
+            Err(e) => (
+                format!("{:+.3}", m.mean_a - m.mean_b),
+                e.clone(),
+                "–".into(),
+            ),
+        };
+        let p = |r: Result<f64, &String>| match r {
+            Ok(p) => format!("{p:.4}"),
+            Err(e) => e.clone(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.3} | {:.3} | {diff} | {ci} | {p_boot} | {} | {} |",
+            m.metric,
+            m.n,
+            m.mean_a,
+            m.mean_b,
+            p(m.wilcoxon.as_ref().map(|w| w.p_value)),
+            p(m.t_test.as_ref().map(|t| t.p_value)),
+        );
+    }
+    out
+}

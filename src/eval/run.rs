@@ -1,0 +1,508 @@
+//! The evaluated methods and the per-query record each of them produces.
+//!
+//! Every method is one function from a query to a [`QueryRecord`], so adding one (dense, rerank)
+//! means a [`Method`] variant and a function; the run loop, the stored format and the reports do
+//! not change. The record carries the gold data and the scored [`QueryMetrics`], so a run
+//! directory's `queries.jsonl` alone is enough to rebuild every summary.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::dataset::EvalQuery;
+use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Verdict};
+use crate::agent::{
+    self, baseline_qa, Agent, AgentConfig, AgentError, Llm, SearchSpace, StepKind, TaskType,
+    Trajectory,
+};
+use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index};
+
+/// Why a query could not be evaluated.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Bm25(#[from] Bm25Error),
+    #[error("unknown method {0:?} (expected one of: tableseek, bm25, oracle, no-table)")]
+    UnknownMethod(String),
+    #[error("query {qid}: gold table {table:?} is not in the corpus")]
+    GoldNotInCorpus { qid: String, table: String },
+}
+
+/// A way of answering a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// The agent: pattern generation, refinement, QA with fallback.
+    Tableseek,
+    /// BM25 over the table texts, baseline QA on the top-1 table.
+    Bm25,
+    /// Baseline QA on the gold table: the ceiling for the QA model.
+    Oracle,
+    /// Baseline QA with no table: what the model knows (or guesses) on its own.
+    NoTable,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [
+        Method::Tableseek,
+        Method::Bm25,
+        Method::Oracle,
+        Method::NoTable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Tableseek => "tableseek",
+            Method::Bm25 => "bm25",
+            Method::Oracle => "oracle",
+            Method::NoTable => "no-table",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Method {
+    type Err = EvalError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
+        Method::ALL
+            .into_iter()
+            .find(|m| m.as_str() == wanted)
+            .ok_or_else(|| EvalError::UnknownMethod(s.to_string()))
+    }
+}
+
+/// Wall time by stage, in milliseconds. `retrieval` is everything outside LLM calls (grep, BM25).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageMs {
+    pub retrieval: f64,
+    pub pattern_gen: f64,
+    pub refine: f64,
+    pub qa: f64,
+    pub total: f64,
+}
+
+/// What one query cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Agent steps (LLM calls counted against the budget).
+    pub steps: usize,
+    pub llm_calls: usize,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub ms: StageMs,
+}
+
+/// The gold data a record was scored against, kept so reports need no dataset file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gold {
+    pub tables: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<Vec<String>>,
+}
+
+/// One finished query: one line of `queries.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryRecord {
+    pub qid: String,
+    pub method: Method,
+    pub task: TaskType,
+    /// Why the model failed on this query (the record then has no answer and scores as wrong).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer, or `supported` / `refuted` for claims.
+    pub prediction: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<agent::Verdict>,
+    pub final_table: Option<String>,
+    /// Tables QA read, in first-read order.
+    pub tables_seen: Vec<String>,
+    /// The method's retrieval ranking, best first (for the agent: the first grep ranking).
+    pub ranking: Vec<String>,
+    /// The agent's full trajectory (calls, rounds); absent for single-call baselines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<Trajectory>,
+    /// The raw output of a baseline's QA call (the agent's are in its trajectory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qa_output: Option<String>,
+    pub gold: Gold,
+    pub metrics: QueryMetrics,
+    pub cost: Cost,
+}
+
+impl QueryRecord {
+    /// The per-query score significance tests compare: F1 for table QA, correctness (0/1) for
+    /// claims.
+    pub fn answer_score(&self) -> Option<f64> {
+        self.metrics
+            .f1
+            .or_else(|| self.metrics.correct.map(|ok| f64::from(u8::from(ok))))
+    }
+}
+
+/// Settings shared by every method.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The agent's settings; `task` is replaced by each query's own.
+    pub agent: AgentConfig,
+    /// Generation cap of the baselines' QA call.
+    pub qa_max_new_tokens: usize,
+    /// How many ids of a retrieval ranking are stored.
+    pub ranking_depth: usize,
+    /// False: every time is recorded as 0, so two runs of the same inputs are byte-identical.
+    pub timings: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        Self {
+            agent: AgentConfig::default(),
+            qa_max_new_tokens: 512,
+            ranking_depth: 10,
+            timings: true,
+        }
+    }
+}
+
+/// Runs one method over a search space, query by query.
+pub struct Evaluator<'a, S: SearchSpace + ?Sized> {
+    method: Method,
+    space: &'a S,
+    index_of: BTreeMap<String, usize>,
+    bm25: Option<Bm25Index>,
+    tableqa_agent: Agent,
+    fact_agent: Agent,
+    options: EvalOptions,
+}
+
+impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
+    /// `table_count`: the number of tables in `space` (indices `0..table_count`). BM25 indexes
+    /// `space.full_text` of every table, i.e. the text QA reads.
+    pub fn new(
+        method: Method,
+        space: &'a S,
+        table_count: usize,
+        options: EvalOptions,
+    ) -> Result<Self, EvalError> {
+        let index_of = (0..table_count)
+            .map(|i| (space.table_id(i).to_string(), i))
+            .collect();
+        let bm25 = match method {
+            Method::Bm25 => {
+                let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
+                Some(Bm25Builder::okapi().build(&texts)?)
+            }
+            _ => None,
+        };
+        let agent_for = |task| {
+            Agent::new(AgentConfig {
+                task,
+                ..options.agent.clone()
+            })
+        };
+        Ok(Self {
+            method,
+            space,
+            index_of,
+            bm25,
+            tableqa_agent: agent_for(TaskType::Tableqa)?,
+            fact_agent: agent_for(TaskType::FactVerification)?,
+            options,
+        })
+    }
+
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// Answers and scores one query.
+    pub fn run_query<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+    ) -> Result<QueryRecord, EvalError> {
+        let started = Instant::now();
+        let result =
+            match self.method {
+                Method::Tableseek => self.tableseek(llm, query),
+                Method::Bm25 => self.bm25(llm, query),
+                Method::Oracle => {
+                    let gold = query.gold_table();
+                    let table = self.index_of.get(gold).copied().ok_or_else(|| {
+                        EvalError::GoldNotInCorpus {
+                            qid: query.qid.clone(),
+                            table: gold.to_string(),
+                        }
+                    })?;
+                    self.baseline(llm, query, vec![table], 0.0)
+                }
+                Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
+            };
+        // A model failure is this query's outcome, not the run's: stopping would make every
+        // resume fail on the same query.
+        let mut record = match result {
+            Ok(record) => record,
+            Err(EvalError::Agent(error)) => self.failed(query, error),
+            Err(other) => return Err(other),
+        };
+        let cost = &mut record.cost;
+        if self.options.timings {
+            cost.ms.total = started.elapsed().as_secs_f64() * 1e3;
+            if self.method == Method::Tableseek {
+                let llm_ms = cost.ms.pattern_gen + cost.ms.refine + cost.ms.qa;
+                cost.ms.retrieval = (cost.ms.total - llm_ms).max(0.0);
+            }
+        } else {
+            cost.ms = StageMs::default();
+            if let Some(trajectory) = &mut record.trajectory {
+                trajectory.zero_timings();
+            }
+        }
+        record.metrics = score(query, &record)?;
+        Ok(record)
+    }
+
+    fn tableseek<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+    ) -> Result<QueryRecord, EvalError> {
+        let agent = match query.task {
+            TaskType::Tableqa => &self.tableqa_agent,
+            TaskType::FactVerification => &self.fact_agent,
+        };
+        let trajectory = agent.run(llm, self.space, &query.query)?;
+        Ok(self.trajectory_record(query, trajectory))
+    }
+
+    fn trajectory_record(&self, query: &EvalQuery, mut trajectory: Trajectory) -> QueryRecord {
+        trajectory.query_id = Some(query.qid.clone());
+        let mut cost = Cost {
+            steps: trajectory.steps,
+            llm_calls: trajectory.calls.len(),
+            prompt_tokens: trajectory.totals.prompt_tokens,
+            cached_tokens: trajectory.totals.cached_tokens,
+            ms: StageMs::default(),
+        };
+        for call in &trajectory.calls {
+            let stage = match call.kind {
+                StepKind::PatternGen => &mut cost.ms.pattern_gen,
+                StepKind::Qa | StepKind::QaFallback => &mut cost.ms.qa,
+                _ => &mut cost.ms.refine,
+            };
+            *stage += call.ms;
+        }
+        let mut tables_seen: Vec<String> = Vec::new();
+        for seen in &trajectory.tables_seen {
+            if !tables_seen.contains(&seen.table_id) {
+                tables_seen.push(seen.table_id.clone());
+            }
+        }
+        let ranking = trajectory
+            .rounds
+            .first()
+            .map(|round| {
+                round
+                    .candidates
+                    .iter()
+                    .take(self.options.ranking_depth)
+                    .map(|c| c.table_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        QueryRecord {
+            qid: query.qid.clone(),
+            method: self.method,
+            task: query.task,
+            error: None,
+            prediction: trajectory.answer.clone(),
+            verdict: trajectory.verdict,
+            final_table: trajectory.final_table.clone(),
+            tables_seen,
+            ranking,
+            trajectory: Some(trajectory),
+            qa_output: None,
+            gold: gold(query),
+            metrics: placeholder_metrics(),
+            cost,
+        }
+    }
+
+    /// The record of a query whose model call failed: what was done before the failure (the
+    /// agent's partial trajectory), no answer, and the reason.
+    fn failed(&self, query: &EvalQuery, error: AgentError) -> QueryRecord {
+        tracing::warn!(qid = %query.qid, %error, "query failed; recorded without an answer");
+        let message = error.to_string();
+        let mut record = match error {
+            AgentError::Aborted { partial, .. } => {
+                let mut record = self.trajectory_record(query, *partial);
+                record.prediction.clear();
+                record.verdict = None;
+                record
+            }
+            _ => QueryRecord {
+                qid: query.qid.clone(),
+                method: self.method,
+                task: query.task,
+                error: None,
+                prediction: String::new(),
+                verdict: None,
+                final_table: None,
+                tables_seen: Vec::new(),
+                ranking: Vec::new(),
+                trajectory: None,
+                qa_output: None,
+                gold: gold(query),
+                metrics: placeholder_metrics(),
+                cost: Cost::default(),
+            },
+        };
+        record.error = Some(message);
+        record
+    }
+
+    fn bm25<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+    ) -> Result<QueryRecord, EvalError> {
+        let started = Instant::now();
+        let hits = self
+            .bm25
+            .as_ref()
+            .map(|index| index.search(&query.query, self.options.ranking_depth.max(1)))
+            .unwrap_or_default();
+        let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut record = self.baseline(
+            llm,
+            query,
+            hits.first().map(|hit| hit.doc).into_iter().collect(),
+            retrieval_ms,
+        )?;
+        record.ranking = hits
+            .iter()
+            .map(|hit| self.space.table_id(hit.doc).to_string())
+            .collect();
+        Ok(record)
+    }
+
+    /// One baseline QA call on `tables` (may be empty).
+    fn baseline<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+        tables: Vec<usize>,
+        retrieval_ms: f64,
+    ) -> Result<QueryRecord, EvalError> {
+        let texts: Vec<String> = tables.iter().map(|&t| self.space.full_text(t)).collect();
+        let (outcome, response) = baseline_qa(
+            llm,
+            query.task,
+            &query.query,
+            &texts,
+            self.options.qa_max_new_tokens,
+        )?;
+        let ids: Vec<String> = tables
+            .iter()
+            .map(|&t| self.space.table_id(t).to_string())
+            .collect();
+        Ok(QueryRecord {
+            qid: query.qid.clone(),
+            method: self.method,
+            task: query.task,
+            error: None,
+            prediction: outcome.answer,
+            verdict: Some(outcome.verdict),
+            final_table: ids.first().cloned(),
+            tables_seen: ids.clone(),
+            ranking: ids,
+            trajectory: None,
+            qa_output: Some(response.text),
+            gold: gold(query),
+            metrics: placeholder_metrics(),
+            cost: Cost {
+                steps: 1,
+                llm_calls: 1,
+                prompt_tokens: response.prompt_tokens,
+                cached_tokens: response.cached_tokens,
+                ms: StageMs {
+                    retrieval: retrieval_ms,
+                    qa: response.ms,
+                    ..StageMs::default()
+                },
+            },
+        })
+    }
+}
+
+fn gold(query: &EvalQuery) -> Gold {
+    Gold {
+        tables: query.gold_tables.clone(),
+        answers: query.answers.clone(),
+        label: query.label,
+        group: query.group_tables.clone(),
+    }
+}
+
+/// Filled in by [`score`] once the record is complete.
+fn placeholder_metrics() -> QueryMetrics {
+    QueryMetrics {
+        r_at_1: false,
+        r_at_3: false,
+        r_at_5: false,
+        r_all: None,
+        r_final: None,
+        gr_at_1: None,
+        gr_all: None,
+        gr_final: None,
+        f1: None,
+        em: None,
+        correct: None,
+        label: None,
+    }
+}
+
+/// Scores a record against its query's gold data. An unverifiable claim has no verdict and
+/// counts as wrong.
+fn score(query: &EvalQuery, record: &QueryRecord) -> Result<QueryMetrics, MetricsError> {
+    let answer = match query.task {
+        TaskType::Tableqa => AnswerOutcome::TableQa {
+            prediction: record.prediction.clone(),
+            gold_answers: query.answers.clone(),
+        },
+        TaskType::FactVerification => AnswerOutcome::FactVerification {
+            prediction: match record.verdict {
+                Some(agent::Verdict::Supported) => Some(Verdict::Supported),
+                Some(agent::Verdict::Refuted) => Some(Verdict::Refuted),
+                _ => None,
+            },
+            gold: Verdict::from_label(query.label.unwrap_or(-1))?,
+        },
+    };
+    QueryOutcome {
+        gold_table: query.gold_table().to_string(),
+        group: query.group_tables.clone(),
+        ranking: record.ranking.clone(),
+        tables_seen: Some(record.tables_seen.clone()),
+        final_table: record.final_table.clone(),
+        answer: Some(answer),
+    }
+    .metrics(0)
+}

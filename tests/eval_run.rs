@@ -1,0 +1,442 @@
+//! Evaluation runs end to end with a deterministic fake model over an in-memory corpus: every
+//! method's records and metrics, resuming after a kill (a half-written last line), config checks,
+//! `report` rebuilding the summary, and `compare` on two runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tableseek::agent::testing::MemorySpace;
+use tableseek::agent::{
+    AgentConfig, AgentError, CallKind, Llm, LlmRequest, LlmResponse, Role, TaskType,
+};
+use tableseek::eval::rundir::{QUERIES_FILE, REPORT_FILE, SUMMARY_FILE};
+use tableseek::eval::stats::BootstrapOptions;
+use tableseek::eval::{
+    compare_runs, load_queries, read_records, write_summary, EvalOptions, EvalQuery, Evaluator,
+    Method, RunConfig, RunDir, RunError,
+};
+
+const TABLES: [(&str, &str); 4] = [
+    (
+        "geo/capitals.csv",
+        "country,capital\nAustralia,Canberra\nFrance,Paris",
+    ),
+    (
+        "geo/cities.csv",
+        "city,population\nParis,2148000\nCanberra,431000",
+    ),
+    ("space/planets.csv", "planet,moons\nSaturn,146\nMars,2"),
+    ("sport/teams.csv", "team,points\nessendon,120\ncarlton,80"),
+];
+
+const DATASET: &str = r#"{"qid":"q1","query":"What is the capital of Australia?","task":"tableqa","answers":["Canberra"],"gold_tables":["geo/capitals.csv"]}
+{"qid":"q2","query":"How many people live in Paris?","task":"tableqa","answers":["2148000"],"gold_tables":["geo/cities.csv"],"group_tables":["geo/capitals.csv"]}
+{"qid":"q3","query":"How many moons does Saturn have?","task":"tableqa","answers":["146"],"gold_tables":["space/planets.csv"]}
+{"qid":"q4","query":"How many moons does Mars have?","task":"tableqa","answers":["2"],"gold_tables":["space/planets.csv"]}
+{"qid":"c1","claim":"essendon score more point than carlton","label":1,"gold_table":"sport/teams.csv"}
+{"qid":"c2","claim":"carlton score 120 point","label":0,"gold_table":"sport/teams.csv"}
+"#;
+
+/// Per query (matched by its text in the prompt): grep patterns and the QA answer. Answers
+/// depend only on the request, never on call order, so a resumed run sees the same outputs.
+fn knowledge() -> BTreeMap<&'static str, (&'static str, &'static str)> {
+    BTreeMap::from([
+        (
+            "capital of Australia",
+            (r#"["Australia", "capital"]"#, "Canberra"),
+        ),
+        ("live in Paris", (r#"["Paris", "population"]"#, "2148000")),
+        ("moons does Saturn", (r#"["Saturn", "moons"]"#, "146")),
+        // Wrong on purpose: the metrics must notice.
+        ("moons does Mars", (r#"["Mars", "moons"]"#, "146")),
+        (
+            "essendon score",
+            (r#"["essendon", "carlton"]"#, "supported"),
+        ),
+        (
+            "carlton score 120",
+            (r#"["carlton", "points"]"#, "supported"),
+        ),
+    ])
+}
+
+/// A fake model; with `blind` set it ignores the question and always gives the same answer.
+#[derive(Default)]
+struct FakeLlm {
+    calls: usize,
+    blind: bool,
+    /// QA calls on the query containing this text fail.
+    fail_qa_on: Option<&'static str>,
+}
+
+impl Llm for FakeLlm {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+        self.calls += 1;
+        let prompt: String = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(|m| m.content.as_str())
+            .collect();
+        let (patterns, answer) = knowledge()
+            .into_iter()
+            .find(|(key, _)| prompt.contains(key))
+            .map(|(_, v)| v)
+            .ok_or_else(|| AgentError::Llm("no query in prompt".into()))?;
+        let answer = if self.blind { "Paris" } else { answer };
+        let is_qa = matches!(request.kind, CallKind::Qa | CallKind::QaFallback);
+        if is_qa && self.fail_qa_on.is_some_and(|key| prompt.contains(key)) {
+            return Err(AgentError::Llm("context window exceeded".into()));
+        }
+        let text = match request.kind {
+            CallKind::PatternGen => patterns.to_string(),
+            CallKind::Refine => r#"{"action": "select", "tables": ["T0"]}"#.to_string(),
+            CallKind::Qa | CallKind::QaFallback => format!("Answer: {answer}"),
+        };
+        Ok(LlmResponse {
+            text,
+            prompt_tokens: prompt.len() / 4,
+            cached_tokens: 0,
+            ms: 0.0,
+        })
+    }
+}
+
+fn queries(dir: &Path) -> Vec<EvalQuery> {
+    let path = dir.join("dataset.jsonl");
+    std::fs::write(&path, DATASET).unwrap();
+    load_queries(&path).unwrap()
+}
+
+fn options() -> EvalOptions {
+    EvalOptions {
+        agent: AgentConfig::builder().max_steps(5).build().unwrap(),
+        timings: false,
+        ..EvalOptions::default()
+    }
+}
+
+fn config(method: Method) -> RunConfig {
+    RunConfig {
+        tableseek_version: "test".into(),
+        git_revision: None,
+        model_sha256: Some("abc".into()),
+        options: serde_json::json!({ "method": method, "steps": 5 }),
+        limit: None,
+        command_line: Vec::new(),
+    }
+}
+
+/// A complete run of `method` into `dir`; returns the number of LLM calls.
+fn full_run(method: Method, dir: &Path, queries: &[EvalQuery], llm: &mut FakeLlm) -> usize {
+    let space = MemorySpace::new(TABLES);
+    let evaluator = Evaluator::new(method, &space, space.len(), options()).unwrap();
+    let mut run = RunDir::open(dir, &config(method), false).unwrap();
+    run.run(&evaluator, llm, queries, |_| {}).unwrap();
+    llm.calls
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn methods_produce_scored_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    for method in Method::ALL {
+        let dir = tmp.path().join(method.as_str());
+        full_run(method, &dir, &queries, &mut FakeLlm::default());
+        let records = read_records(&dir).unwrap();
+        assert_eq!(records.len(), 6, "{method}");
+        let by_qid: BTreeMap<&str, _> = records.iter().map(|r| (r.qid.as_str(), r)).collect();
+        let (q1, q4, c2) = (by_qid["q1"], by_qid["q4"], by_qid["c2"]);
+        assert_eq!(q1.prediction, "Canberra", "{method}");
+        assert_eq!(q1.metrics.f1, Some(1.0), "{method}");
+        assert_eq!(q4.metrics.em, Some(false), "{method}");
+        assert_eq!(c2.task, TaskType::FactVerification);
+        assert_eq!(c2.metrics.correct, Some(false), "{method}");
+        assert_eq!(by_qid["c1"].metrics.correct, Some(true), "{method}");
+        // Only q2 has a group; GR is absent elsewhere.
+        assert!(by_qid["q2"].metrics.gr_at_1.is_some());
+        assert!(q1.metrics.gr_at_1.is_none());
+        match method {
+            Method::Oracle => {
+                assert!(records.iter().all(|r| r.metrics.r_all == Some(true)));
+                assert_eq!(q1.tables_seen, ["geo/capitals.csv"]);
+            }
+            Method::NoTable => {
+                assert!(records.iter().all(|r| r.metrics.r_all == Some(false)));
+                assert!(records.iter().all(|r| r.final_table.is_none()));
+            }
+            Method::Tableseek => {
+                assert_eq!(q1.final_table.as_deref(), Some("geo/capitals.csv"));
+                assert_eq!(q1.metrics.r_all, Some(true));
+                assert_eq!(q1.cost.llm_calls, 3);
+                assert!(q1.trajectory.is_some());
+            }
+            Method::Bm25 => {
+                assert_eq!(q1.ranking.len(), 4);
+                assert_eq!(q1.cost.llm_calls, 1);
+                assert_eq!(q1.tables_seen, [q1.ranking[0].clone()]);
+            }
+        }
+        let summary: serde_json::Value =
+            serde_json::from_str(&read(&dir.join(SUMMARY_FILE))).unwrap();
+        assert_eq!(summary["n"], 6);
+        assert_eq!(summary["metrics"]["qa_queries"], 4);
+        assert_eq!(summary["metrics"]["verification_queries"], 2);
+        // q1-q3 right, q4 wrong; c1 right, c2 wrong.
+        assert_eq!(summary["metrics"]["em"], 0.75);
+        assert_eq!(summary["metrics"]["acc"], 0.5);
+        assert!(read(&dir.join(REPORT_FILE)).contains("| Acc |"));
+    }
+}
+
+#[test]
+fn a_killed_run_resumes_to_the_same_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    for method in [Method::Tableseek, Method::Bm25] {
+        let whole = tmp.path().join(format!("{method}-whole"));
+        let calls_whole = full_run(method, &whole, &queries, &mut FakeLlm::default());
+        let cut = tmp.path().join(format!("{method}-cut"));
+        full_run(method, &cut, &queries, &mut FakeLlm::default());
+        // Simulate a kill during the fourth record: three whole lines and half of the fourth.
+        let text = read(&cut.join(QUERIES_FILE));
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let kept = format!("{}{}", lines[..3].concat(), &lines[3][..lines[3].len() / 2]);
+        std::fs::write(cut.join(QUERIES_FILE), kept).unwrap();
+        std::fs::remove_file(cut.join(SUMMARY_FILE)).unwrap();
+        // `report` on the killed run ignores the torn line.
+        assert_eq!(read_records(&cut).unwrap().len(), 3);
+
+        let space = MemorySpace::new(TABLES);
+        let evaluator = Evaluator::new(method, &space, space.len(), options()).unwrap();
+        let mut run = RunDir::open(&cut, &config(method), true).unwrap();
+        assert_eq!(run.finished().len(), 3);
+        let mut llm = FakeLlm::default();
+        let mut redone = Vec::new();
+        run.run(&evaluator, &mut llm, &queries, |r| {
+            redone.push(r.qid.clone())
+        })
+        .unwrap();
+        assert_eq!(redone, ["q4", "c1", "c2"], "{method}");
+        assert!(
+            llm.calls < calls_whole,
+            "{method}: finished queries were redone"
+        );
+        assert_eq!(
+            read(&cut.join(QUERIES_FILE)),
+            read(&whole.join(QUERIES_FILE))
+        );
+        assert_eq!(
+            read(&cut.join(SUMMARY_FILE)),
+            read(&whole.join(SUMMARY_FILE))
+        );
+    }
+}
+
+#[test]
+fn report_rebuilds_the_same_summary_from_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let dir = tmp.path().join("run");
+    full_run(Method::Tableseek, &dir, &queries, &mut FakeLlm::default());
+    let summary = read(&dir.join(SUMMARY_FILE));
+    let report = read(&dir.join(REPORT_FILE));
+    std::fs::remove_file(dir.join(SUMMARY_FILE)).unwrap();
+    std::fs::remove_file(dir.join(REPORT_FILE)).unwrap();
+    write_summary(&dir, &read_records(&dir).unwrap()).unwrap();
+    assert_eq!(read(&dir.join(SUMMARY_FILE)), summary);
+    assert_eq!(read(&dir.join(REPORT_FILE)), report);
+}
+
+#[test]
+fn resuming_refuses_other_settings_and_fresh_runs_refuse_old_dirs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let dir = tmp.path().join("run");
+    full_run(Method::Oracle, &dir, &queries, &mut FakeLlm::default());
+    let before = read(&dir.join(QUERIES_FILE));
+
+    let mut other = config(Method::Oracle);
+    other.options["steps"] = serde_json::json!(10);
+    let err = RunDir::open(&dir, &other, true).err().unwrap();
+    assert!(matches!(err, RunError::ConfigMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("steps"), "{err}");
+
+    let mut other_model = config(Method::Oracle);
+    other_model.model_sha256 = Some("def".into());
+    let err = RunDir::open(&dir, &other_model, true).err().unwrap();
+    assert!(err.to_string().contains("model_sha256"), "{err}");
+
+    let err = RunDir::open(&dir, &config(Method::Oracle), false)
+        .err()
+        .unwrap();
+    assert!(matches!(err, RunError::Exists(_)), "{err}");
+    // A different git revision or query limit does not block resuming.
+    let mut moved = config(Method::Oracle);
+    moved.git_revision = Some("0123".into());
+    moved.limit = Some(3);
+    assert_eq!(
+        RunDir::open(&dir, &moved, true).unwrap().finished().len(),
+        6
+    );
+    assert_eq!(read(&dir.join(QUERIES_FILE)), before);
+}
+
+#[test]
+fn a_corrupt_middle_line_is_an_error_and_nothing_is_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let dir = tmp.path().join("run");
+    full_run(Method::NoTable, &dir, &queries, &mut FakeLlm::default());
+    let text = read(&dir.join(QUERIES_FILE));
+    let damaged = text.replacen("{\"qid\":\"q2\"", "{\"qid\":", 1);
+    std::fs::write(dir.join(QUERIES_FILE), &damaged).unwrap();
+    let err = RunDir::open(&dir, &config(Method::NoTable), true)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, RunError::CorruptRecord { line: 2, .. }),
+        "{err}"
+    );
+    assert_eq!(read(&dir.join(QUERIES_FILE)), damaged);
+}
+
+#[test]
+fn compare_pairs_common_queries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let good = tmp.path().join("good");
+    let blind = tmp.path().join("blind");
+    full_run(Method::Oracle, &good, &queries, &mut FakeLlm::default());
+    // The blind run only did the four table-QA queries.
+    full_run(
+        Method::Oracle,
+        &blind,
+        &queries[..4],
+        &mut FakeLlm {
+            blind: true,
+            ..FakeLlm::default()
+        },
+    );
+    let a = read_records(&good).unwrap();
+    let b = read_records(&blind).unwrap();
+    let comparison = compare_runs(&a, &b, &BootstrapOptions::default().resamples(2000));
+    assert_eq!(
+        (comparison.common, comparison.only_a, comparison.only_b),
+        (4, 2, 0)
+    );
+    let answer = &comparison.metrics[0];
+    assert_eq!(answer.n, 4);
+    // Good: F1 1,1,1,0 (q4 wrong); blind answers "Paris" everywhere: F1 0.
+    assert_eq!((answer.mean_a, answer.mean_b), (0.75, 0.0));
+    let bootstrap = answer.bootstrap.as_ref().unwrap();
+    assert!((bootstrap.mean_diff - 0.75).abs() < 1e-12);
+    assert!(bootstrap.ci_low >= 0.0);
+    assert!(answer.t_test.is_ok());
+    // Both read the gold table every time: R@all identical, so the t-test has no variance.
+    let recall = &comparison.metrics[1];
+    assert_eq!(recall.metric, "R@all");
+    assert_eq!((recall.mean_a, recall.mean_b), (1.0, 1.0));
+    assert!(recall.t_test.is_err());
+}
+
+#[test]
+fn report_and_compare_commands_read_run_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let a = tmp.path().join("tableseek");
+    let b = tmp.path().join("bm25");
+    full_run(Method::Tableseek, &a, &queries, &mut FakeLlm::default());
+    full_run(Method::Bm25, &b, &queries, &mut FakeLlm::default());
+    let summary_a = read(&a.join(SUMMARY_FILE));
+    std::fs::remove_file(a.join(SUMMARY_FILE)).unwrap();
+
+    let bin = env!("CARGO_BIN_EXE_tableseek");
+    let output = std::process::Command::new(bin)
+        .arg("report")
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| ")).count(),
+        3,
+        "{table}"
+    );
+    assert!(
+        table.contains("| tableseek | 6 |") && table.contains("| bm25 | 6 |"),
+        "{table}"
+    );
+    assert_eq!(read(&a.join(SUMMARY_FILE)), summary_a);
+
+    let output = std::process::Command::new(bin)
+        .args(["compare", "--resamples", "500"])
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("6 common queries"), "{text}");
+    assert!(text.contains("| R@all | 6 |"), "{text}");
+
+    let output = std::process::Command::new(bin)
+        .args(["report"])
+        .arg(tmp.path().join("missing"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no finished queries"));
+}
+
+#[test]
+fn a_failing_query_is_recorded_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    for method in [Method::Tableseek, Method::Bm25] {
+        let dir = tmp.path().join(method.as_str());
+        let mut llm = FakeLlm {
+            fail_qa_on: Some("moons does Saturn"),
+            ..FakeLlm::default()
+        };
+        full_run(method, &dir, &queries, &mut llm);
+        let records = read_records(&dir).unwrap();
+        assert_eq!(records.len(), 6, "{method}");
+        let q3 = &records[2];
+        assert_eq!(q3.qid, "q3");
+        assert!(
+            q3.error.as_deref().unwrap().contains("context window"),
+            "{method}"
+        );
+        assert_eq!((q3.prediction.as_str(), q3.metrics.f1), ("", Some(0.0)));
+        if method == Method::Tableseek {
+            // What the agent did before the failure is kept.
+            let trajectory = q3.trajectory.as_ref().unwrap();
+            assert_eq!(trajectory.calls.len(), 2);
+            assert_eq!(
+                q3.ranking.first().map(String::as_str),
+                Some("space/planets.csv")
+            );
+        }
+        assert!(records
+            .iter()
+            .filter(|r| r.qid != "q3")
+            .all(|r| r.error.is_none()));
+        let summary: serde_json::Value =
+            serde_json::from_str(&read(&dir.join(SUMMARY_FILE))).unwrap();
+        assert_eq!(summary["errors"], 1);
+        assert!(read(&dir.join(REPORT_FILE)).contains("| errors |"));
+    }
+}
