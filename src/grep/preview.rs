@@ -12,7 +12,9 @@ use crate::corpus::{write_head, write_row, write_tail, Corpus, TextFormat};
 
 /// How much of each candidate the model sees (the method's evidence sizes). Serialized as its
 /// name (`small`, ...), as in the CLI and in run configs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Evidence {
     /// 1 matched row per pattern, 5 in total.
