@@ -1,6 +1,6 @@
 //! Tokenizers rebuilt from GGUF metadata against llama.cpp's and Hugging Face's tokenizations.
 //!
-//! Data: `../shared/reference` (or `$TABLESEEK_SHARED_DIR/reference`) and `models/` from
+//! Data: `../shared/reference` (or `$TABLESEEK_SHARED/reference`) and `models/` from
 //! `scripts/fetch-models.sh`. Tests skip with a message when their files are absent.
 
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ fn manifest_dir() -> PathBuf {
 }
 
 fn shared_dir() -> PathBuf {
-    std::env::var_os("TABLESEEK_SHARED_DIR")
+    std::env::var_os("TABLESEEK_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../shared"))
 }

@@ -96,9 +96,9 @@ const SAMPLES: &[&str] = &[
     "table_id: csv/203-csv/733.csv | Year | Team | Apps | Goals |\n| 1998 | Ajax | 12 | 3 |",
 ];
 
-/// The TabFact tables in `../shared` (or `$TABLESEEK_SHARED_DIR`), raw bytes as text, sorted by name.
+/// The TabFact tables in `../shared` (or `$TABLESEEK_SHARED`), raw bytes as text, sorted by name.
 fn tabfact_tables() -> Vec<(PathBuf, String)> {
-    let shared = std::env::var_os("TABLESEEK_SHARED_DIR")
+    let shared = std::env::var_os("TABLESEEK_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
     let Ok(entries) = std::fs::read_dir(shared.join("data/tabfact/tables")) else {
