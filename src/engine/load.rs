@@ -284,12 +284,7 @@ fn load_hf(dir: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
     let st = unsafe { MmapedSafetensors::multi(&paths) }?;
     let names = st.tensors().into_iter().map(|(n, _)| n).collect();
     let w = StWeights { st, names, dtype };
-    let (h, kvd, qd, ff) = (
-        cfg.hidden_size,
-        cfg.num_key_value_heads * cfg.head_dim,
-        cfg.num_attention_heads * cfg.head_dim,
-        cfg.intermediate_size,
-    );
+    let h = cfg.hidden_size;
     let embed = w.get(
         "model.embed_tokens.weight",
         &[cfg.vocab_size, h],
@@ -306,34 +301,8 @@ fn load_hf(dir: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
         });
     };
     let norm = w.get("model.norm.weight", &[h], last)?;
-    let qwen3 = cfg.architecture == Architecture::Qwen3;
-    let hd = cfg.head_dim;
     let rope = Rope::from_config(&cfg, RopeLayout::Halves);
-    let layer = |i: usize, d: &Device| -> Result<Layer> {
-        let p = format!("model.layers.{i}");
-        Ok(Layer {
-            attn_norm: w.get(&format!("{p}.input_layernorm.weight"), &[h], d)?,
-            q: w.linear(&format!("{p}.self_attn.q_proj.weight"), qd, h, d)?,
-            k: w.linear(&format!("{p}.self_attn.k_proj.weight"), kvd, h, d)?,
-            v: w.linear(&format!("{p}.self_attn.v_proj.weight"), kvd, h, d)?,
-            o: w.linear(&format!("{p}.self_attn.o_proj.weight"), h, qd, d)?,
-            q_norm: if qwen3 {
-                Some(w.get(&format!("{p}.self_attn.q_norm.weight"), &[hd], d)?)
-            } else {
-                None
-            },
-            k_norm: if qwen3 {
-                Some(w.get(&format!("{p}.self_attn.k_norm.weight"), &[hd], d)?)
-            } else {
-                None
-            },
-            ffn_norm: w.get(&format!("{p}.post_attention_layernorm.weight"), &[h], d)?,
-            gate: w.linear(&format!("{p}.mlp.gate_proj.weight"), ff, h, d)?,
-            up: w.linear(&format!("{p}.mlp.up_proj.weight"), ff, h, d)?,
-            down: w.linear(&format!("{p}.mlp.down_proj.weight"), h, ff, d)?,
-            device: d.clone(),
-        })
-    };
+    let layer = |i: usize, d: &Device| build_layer(&w, &HF_NAMES, &cfg, i, d);
     assemble(
         cfg.clone(),
         devices,
@@ -488,12 +457,7 @@ fn load_gguf(
         dtype,
         quantized,
     };
-    let (h, kvd, qd, ff) = (
-        cfg.hidden_size,
-        cfg.num_key_value_heads * cfg.head_dim,
-        cfg.num_attention_heads * cfg.head_dim,
-        cfg.intermediate_size,
-    );
+    let h = cfg.hidden_size;
     // llama.cpp's converter permutes llama q/k rows for its interleaved RoPE; qwen3 uses NEOX.
     let layout = match cfg.architecture {
         Architecture::Llama => RopeLayout::Interleaved,
@@ -517,33 +481,7 @@ fn load_gguf(
         w.linear("output.weight", cfg.vocab_size, h, last)?
     };
     let norm = w.dense("output_norm.weight", &[h], last)?;
-    let qwen3 = cfg.architecture == Architecture::Qwen3;
-    let hd = cfg.head_dim;
-    let layer = |i: usize, d: &Device| -> Result<Layer> {
-        let p = format!("blk.{i}");
-        Ok(Layer {
-            attn_norm: w.dense(&format!("{p}.attn_norm.weight"), &[h], d)?,
-            q: w.linear(&format!("{p}.attn_q.weight"), qd, h, d)?,
-            k: w.linear(&format!("{p}.attn_k.weight"), kvd, h, d)?,
-            v: w.linear(&format!("{p}.attn_v.weight"), kvd, h, d)?,
-            o: w.linear(&format!("{p}.attn_output.weight"), h, qd, d)?,
-            q_norm: if qwen3 {
-                Some(w.dense(&format!("{p}.attn_q_norm.weight"), &[hd], d)?)
-            } else {
-                None
-            },
-            k_norm: if qwen3 {
-                Some(w.dense(&format!("{p}.attn_k_norm.weight"), &[hd], d)?)
-            } else {
-                None
-            },
-            ffn_norm: w.dense(&format!("{p}.ffn_norm.weight"), &[h], d)?,
-            gate: w.linear(&format!("{p}.ffn_gate.weight"), ff, h, d)?,
-            up: w.linear(&format!("{p}.ffn_up.weight"), ff, h, d)?,
-            down: w.linear(&format!("{p}.ffn_down.weight"), h, ff, d)?,
-            device: d.clone(),
-        })
-    };
+    let layer = |i: usize, d: &Device| build_layer(&w, &GGUF_NAMES, &cfg, i, d);
     assemble(
         cfg.clone(),
         devices,
@@ -562,6 +500,109 @@ fn load_gguf(
 
 /// SplitMix64: tiny, seedable, and identical on every platform, so a preset + seed always gives
 /// the same weights.
+/// What a decoder layer needs from a checkpoint, whatever its file format.
+trait WeightSource {
+    /// A dense tensor (norm weights) in the activation dtype.
+    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor>;
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear>;
+}
+
+impl WeightSource for StWeights {
+    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        self.get(name, shape, device)
+    }
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
+        StWeights::linear(self, name, out, inp, device)
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        self.dense(name, shape, device)
+    }
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
+        GgufWeights::linear(self, name, out, inp, device)
+    }
+}
+
+/// Tensor names of one decoder layer: a per-layer prefix and the suffix of each weight.
+struct LayerNames {
+    prefix: &'static str,
+    attn_norm: &'static str,
+    q: &'static str,
+    k: &'static str,
+    v: &'static str,
+    o: &'static str,
+    q_norm: &'static str,
+    k_norm: &'static str,
+    ffn_norm: &'static str,
+    gate: &'static str,
+    up: &'static str,
+    down: &'static str,
+}
+
+const HF_NAMES: LayerNames = LayerNames {
+    prefix: "model.layers",
+    attn_norm: "input_layernorm.weight",
+    q: "self_attn.q_proj.weight",
+    k: "self_attn.k_proj.weight",
+    v: "self_attn.v_proj.weight",
+    o: "self_attn.o_proj.weight",
+    q_norm: "self_attn.q_norm.weight",
+    k_norm: "self_attn.k_norm.weight",
+    ffn_norm: "post_attention_layernorm.weight",
+    gate: "mlp.gate_proj.weight",
+    up: "mlp.up_proj.weight",
+    down: "mlp.down_proj.weight",
+};
+
+const GGUF_NAMES: LayerNames = LayerNames {
+    prefix: "blk",
+    attn_norm: "attn_norm.weight",
+    q: "attn_q.weight",
+    k: "attn_k.weight",
+    v: "attn_v.weight",
+    o: "attn_output.weight",
+    q_norm: "attn_q_norm.weight",
+    k_norm: "attn_k_norm.weight",
+    ffn_norm: "ffn_norm.weight",
+    gate: "ffn_gate.weight",
+    up: "ffn_up.weight",
+    down: "ffn_down.weight",
+};
+
+fn build_layer(
+    w: &impl WeightSource,
+    names: &LayerNames,
+    cfg: &Config,
+    i: usize,
+    d: &Device,
+) -> Result<Layer> {
+    let (h, hd, ff) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+    let (qd, kvd) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+    let name = |suffix: &str| format!("{}.{i}.{suffix}", names.prefix);
+    let qk_norm = |suffix: &str| -> Result<Option<Tensor>> {
+        match cfg.architecture {
+            Architecture::Qwen3 => Ok(Some(w.tensor(&name(suffix), &[hd], d)?)),
+            Architecture::Llama => Ok(None),
+        }
+    };
+    Ok(Layer {
+        attn_norm: w.tensor(&name(names.attn_norm), &[h], d)?,
+        q: w.linear(&name(names.q), qd, h, d)?,
+        k: w.linear(&name(names.k), kvd, h, d)?,
+        v: w.linear(&name(names.v), kvd, h, d)?,
+        o: w.linear(&name(names.o), h, qd, d)?,
+        q_norm: qk_norm(names.q_norm)?,
+        k_norm: qk_norm(names.k_norm)?,
+        ffn_norm: w.tensor(&name(names.ffn_norm), &[h], d)?,
+        gate: w.linear(&name(names.gate), ff, h, d)?,
+        up: w.linear(&name(names.up), ff, h, d)?,
+        down: w.linear(&name(names.down), h, ff, d)?,
+        device: d.clone(),
+    })
+}
+
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
