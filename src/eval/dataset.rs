@@ -8,6 +8,12 @@
 //! TabFact lines (`{"qid", "claim", "label", "gold_table"}`, as in `data/tabfact/test.jsonl`) are
 //! recognised by their `claim` field and read as fact-verification queries; their `gold_table`
 //! file names are already the corpus ids of `data/tabfact/tables`.
+//!
+//! Spider single-table lines (`{"qid", "db_id", "question", "table", "answer": [[..]], ..}`, as in
+//! `data/spider/spider_single_table.jsonl`) are recognised by `db_id` and read as table-QA queries
+//! over `data/spider/tables/<db_id>__<table>.csv`; the executed answer's cells, joined by ", ", are
+//! the one gold answer. Questions whose SQL returned nothing (23 in Spider dev) cannot be scored by
+//! F1 and are skipped with a warning.
 
 use std::path::{Path, PathBuf};
 
@@ -109,16 +115,58 @@ impl From<TabFactLine> for EvalQuery {
     }
 }
 
-fn parse_line(text: &str) -> Result<EvalQuery, String> {
+#[derive(Deserialize)]
+struct SpiderLine {
+    qid: String,
+    db_id: String,
+    question: String,
+    table: String,
+    answer: Vec<Vec<serde_json::Value>>,
+}
+
+impl SpiderLine {
+    /// `None` when the SQL returned no rows or only NULLs: nothing to score an answer against.
+    fn into_query(self) -> Option<EvalQuery> {
+        let cells: Vec<String> = self
+            .answer
+            .iter()
+            .flatten()
+            .filter_map(|cell| match cell {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(s) => Some(s.clone()),
+                other => Some(other.to_string()),
+            })
+            .collect();
+        if cells.is_empty() {
+            return None;
+        }
+        Some(EvalQuery {
+            qid: self.qid,
+            query: self.question,
+            task: TaskType::Tableqa,
+            answers: vec![cells.join(", ")],
+            label: None,
+            gold_tables: vec![format!("{}__{}.csv", self.db_id, self.table)],
+            group_tables: None,
+        })
+    }
+}
+
+/// `Ok(None)`: a valid line with nothing to score (see the module notes on Spider).
+fn parse_line(text: &str) -> Result<Option<EvalQuery>, String> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let query = if value.get("claim").is_some() && value.get("query").is_none() {
         serde_json::from_value::<TabFactLine>(value).map(EvalQuery::from)
+    } else if value.get("db_id").is_some() && value.get("query").is_none() {
+        return Ok(serde_json::from_value::<SpiderLine>(value)
+            .map_err(|e| e.to_string())?
+            .into_query());
     } else {
         serde_json::from_value::<EvalQuery>(value)
     }
     .map_err(|e| e.to_string())?;
     query.check()?;
-    Ok(query)
+    Ok(Some(query))
 }
 
 /// Reads a dataset file (native or TabFact lines, blank lines ignored). Qids must be unique:
@@ -130,15 +178,20 @@ pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
     })?;
     let mut queries = Vec::new();
     let mut seen = std::collections::BTreeMap::new();
+    let mut unscorable = 0usize;
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let query = parse_line(line).map_err(|message| DatasetError::Invalid {
+        let parsed = parse_line(line).map_err(|message| DatasetError::Invalid {
             path: path.to_path_buf(),
             line: index + 1,
             message,
         })?;
+        let Some(query) = parsed else {
+            unscorable += 1;
+            continue;
+        };
         if let Some(first) = seen.insert(query.qid.clone(), index + 1) {
             return Err(DatasetError::DuplicateQid {
                 path: path.to_path_buf(),
@@ -148,6 +201,13 @@ pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
             });
         }
         queries.push(query);
+    }
+    if unscorable > 0 {
+        tracing::warn!(
+            path = %path.display(),
+            skipped = unscorable,
+            "questions with an empty executed answer skipped (nothing to score)"
+        );
     }
     if queries.is_empty() {
         return Err(DatasetError::Empty(path.to_path_buf()));
@@ -159,9 +219,14 @@ pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
 /// Anything else is taken as a path to a JSONL file (with no default corpus).
 pub fn resolve_dataset(name: &str, shared: &Path) -> (PathBuf, Option<PathBuf>) {
     let tabfact = shared.join("data/tabfact");
+    let spider = shared.join("data/spider");
     match name {
         "tabfact-test-1k" => (tabfact.join("test-1k.jsonl"), Some(tabfact.join("tables"))),
         "tabfact-test" => (tabfact.join("test.jsonl"), Some(tabfact.join("tables"))),
+        "spider-single-table" => (
+            spider.join("spider_single_table.jsonl"),
+            Some(spider.join("tables")),
+        ),
         path => (PathBuf::from(path), None),
     }
 }
@@ -175,17 +240,37 @@ mod tests {
         let native = parse_line(
             r#"{"qid":"s1","query":"Capital?","task":"tableqa","answers":["Canberra"],"gold_tables":["a.csv"]}"#,
         )
+        .unwrap()
         .unwrap();
         assert_eq!(native.task, TaskType::Tableqa);
         assert_eq!(native.gold_table(), "a.csv");
         let claim = parse_line(
             r#"{"qid":"test-1_2","claim":"x be y","label":1,"gold_table":"1-2.html.csv","small_test":false}"#,
         )
+        .unwrap()
         .unwrap();
         assert_eq!(claim.task, TaskType::FactVerification);
         assert_eq!(claim.query, "x be y");
         assert_eq!(claim.label, Some(1));
         assert_eq!(claim.gold_tables, ["1-2.html.csv"]);
+    }
+
+    #[test]
+    fn reads_spider_lines_and_skips_empty_answers() {
+        let q = parse_line(
+            r#"{"qid":"spider-dev-2","db_id":"concert_singer","question":"Names and ages?","sql":"SELECT name, age FROM singer","table":"singer","answer":[["Joe Sharp",52],["Rose White",41.0]],"order_matters":false,"answer_empty":false}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(q.task, TaskType::Tableqa);
+        assert_eq!(q.query, "Names and ages?");
+        assert_eq!(q.gold_tables, ["concert_singer__singer.csv"]);
+        assert_eq!(q.answers, ["Joe Sharp, 52, Rose White, 41.0"]);
+        let empty = parse_line(
+            r#"{"qid":"s","db_id":"d","question":"q","sql":"s","table":"t","answer":[[null]],"answer_empty":true}"#,
+        )
+        .unwrap();
+        assert!(empty.is_none());
     }
 
     #[test]
