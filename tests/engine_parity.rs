@@ -56,8 +56,32 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .unwrap()
 }
 
+/// The device under test: `cpu` unless `TABLESEEK_TEST_DEVICE` names another (`cuda:0`, used by
+/// scripts/gpu-check.sh); `slots` > 1 splits the layers over that many copies of it (`cuda:0,0`
+/// on one GPU exercises the same boundary code as two).
+fn test_devices(slots: usize) -> DeviceMap {
+    let device = std::env::var("TABLESEEK_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    let (kind, ordinal) = match device.split_once(':') {
+        Some((kind, ordinal)) => (kind.to_string(), Some(ordinal.to_string())),
+        None => (device.clone(), None),
+    };
+    let spec = match (kind.as_str(), ordinal) {
+        ("cuda", Some(ordinal)) => {
+            let rest = vec![ordinal.clone(); slots - 1];
+            std::iter::once(format!("cuda:{ordinal}"))
+                .chain(rest)
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+        _ => vec![device.as_str(); slots].join(","),
+    };
+    let split = vec!["1"; slots].join(",");
+    DeviceMap::parse(&spec, Some(&split)).unwrap()
+}
+
 fn load(spec: PathBuf, devices: &DeviceMap, chunk: usize) -> Model {
-    let mut model = Model::load(&ModelSpec::Path(spec), devices, None).unwrap();
+    // f32 everywhere (CUDA would default to bf16): parity is checked at f32 tolerance.
+    let mut model = Model::load(&ModelSpec::Path(spec), devices, Some(DType::F32)).unwrap();
     model.set_prefill_chunk(chunk);
     model
 }
@@ -81,9 +105,9 @@ fn check_hf(name: &str) {
     let expected = load_st(dir.join("expected.safetensors"));
     let input = ids(&expected["input_ids"]);
     for (chunk, devices) in [
-        (256, DeviceMap::cpu()),
-        (16, DeviceMap::cpu()),
-        (16, DeviceMap::parse("cpu,cpu", Some("1,1")).unwrap()),
+        (256, test_devices(1)),
+        (16, test_devices(1)),
+        (16, test_devices(2)),
     ] {
         let model = load(dir.clone(), &devices, chunk);
         let mut cache = model.new_cache();
@@ -99,15 +123,11 @@ fn check_hf(name: &str) {
             .unwrap();
         assert!(max_abs_diff(&hidden, &expected["last_hidden"]) <= TOL);
     }
-    let split = load(
-        dir.clone(),
-        &DeviceMap::parse("cpu,cpu", Some("1,1")).unwrap(),
-        16,
-    );
+    let split = load(dir.clone(), &test_devices(2), 16);
     assert_eq!(split.layer_devices().len(), 2);
 
     // Incremental decoding matches transformers' KV-cache decode step by step.
-    let model = load(dir.clone(), &DeviceMap::cpu(), 16);
+    let model = load(dir.clone(), &test_devices(1), 16);
     let greedy_ids = ids(&expected["greedy_ids"]);
     let mut cache = model.new_cache();
     let mut logits = model.forward(&input, &mut cache).unwrap();
@@ -148,7 +168,7 @@ fn prefix_cache_is_bitwise_equal_to_scratch() {
             ..Default::default()
         };
 
-        let mut cold = Generator::new(load(dir.clone(), &DeviceMap::cpu(), 16));
+        let mut cold = Generator::new(load(dir.clone(), &test_devices(1), 16));
         let scratch = cold
             .generate(
                 &input,
@@ -161,7 +181,7 @@ fn prefix_cache_is_bitwise_equal_to_scratch() {
             .unwrap();
         assert_eq!(scratch.stats.cached_tokens, 0);
 
-        let mut warm = Generator::new(load(dir.clone(), &DeviceMap::cpu(), 16));
+        let mut warm = Generator::new(load(dir.clone(), &test_devices(1), 16));
         // An earlier prompt sharing the first 53 tokens, then diverging.
         let mut other = input[..53].to_vec();
         other.extend([1, 2, 3, 4, 5, 6, 7]);
