@@ -19,7 +19,7 @@ use super::model_args::ModelArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// `tabfact-test-1k`, `tabfact-test` (from the shared data dir: $TABLESEEK_SHARED, else
+    /// `tabfact-test-1k`, `tabfact-test`, `spider-single-table` (from the shared data dir: $TABLESEEK_SHARED, else
     /// ../shared beside the source tree) or a JSONL file of queries.
     #[arg(long)]
     pub dataset: String,
