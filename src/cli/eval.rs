@@ -19,8 +19,8 @@ use super::model_args::ModelArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// `tabfact-test-1k`, `tabfact-test`, `spider-single-table` (from the shared data dir: $TABLESEEK_SHARED, else
-    /// ../shared beside the source tree) or a JSONL file of queries.
+    /// `tabfact-test-1k`, `tabfact-test`, `spider-single-table` (from the shared data dir:
+    /// $TABLESEEK_SHARED, else ../shared beside the source tree) or a JSONL file of queries.
     #[arg(long)]
     pub dataset: String,
     /// Directory of tables; defaults to the named dataset's own corpus.
