@@ -30,6 +30,8 @@ pub struct ChatModelOptions {
     /// How GGUF block-quantized weights are held (see [`QuantizedWeights`]).
     pub quantized: QuantizedWeights,
     pub prefix_cache_bytes: usize,
+    /// Prefill chunk length (and prefix-cache reuse granularity); `None` keeps the engine's default.
+    pub prefill_chunk: Option<usize>,
 }
 
 impl Default for ChatModelOptions {
@@ -40,6 +42,7 @@ impl Default for ChatModelOptions {
             dtype: None,
             quantized: QuantizedWeights::default(),
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
+            prefill_chunk: None,
         }
     }
 }
@@ -99,7 +102,7 @@ impl ChatModel {
         let load_options = LoadOptions {
             dtype: opts.dtype,
             quantized: opts.quantized,
-            prefill_chunk: None,
+            prefill_chunk: opts.prefill_chunk,
         };
         let model = Model::load_with(spec, &opts.devices, &load_options)?;
         let (tokenizer, template) = match spec {
