@@ -37,6 +37,7 @@ mod config;
 pub mod parse;
 pub mod prompts;
 mod run;
+pub mod schemas;
 pub mod testing;
 mod trajectory;
 
@@ -48,6 +49,8 @@ pub use config::{
 };
 pub use parse::{QaOutcome, QaVariant, Verdict};
 pub use run::{baseline_qa, Agent};
+/// What a call's output must match; see [`schemas`].
+pub use crate::engine::Grammar;
 pub use trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Totals,
     Trajectory,
@@ -137,6 +140,9 @@ pub struct LlmRequest {
     pub messages: Vec<ChatMessage>,
     pub max_new_tokens: usize,
     pub kind: CallKind,
+    /// The shape the output must have ([`schemas`]); a backend that can decode under a grammar
+    /// applies it, others may ignore it (the parser still reads free output).
+    pub constraint: Option<Grammar>,
 }
 
 /// The model's reply with the accounting the trajectory keeps.
@@ -148,6 +154,9 @@ pub struct LlmResponse {
     pub cached_tokens: usize,
     /// Wall time of the call in milliseconds.
     pub ms: f64,
+    /// Whether the request's constraint shaped the output (false when there was none, the
+    /// backend ignores constraints, or decoding under it gave up).
+    pub constrained: bool,
 }
 
 /// What the agent needs from an LLM (the engine adapter implements it; tests use
