@@ -543,7 +543,10 @@ fn every_request_carries_the_grammar_of_its_step() {
         .collect();
     assert_eq!(ids, ["T0", "T1", "T2", "T3", "T4", "T5"]);
     assert_eq!(select["maxItems"], 3);
-    assert_eq!(refine["anyOf"][1]["properties"]["action"]["const"], "regenerate");
+    assert_eq!(
+        refine["anyOf"][1]["properties"]["action"]["const"],
+        "regenerate"
+    );
     // Tableqa QA is free text.
     assert_eq!(requests[2].constraint, None);
     // The scripted backend decodes nothing, so no call was constrained.

@@ -80,7 +80,9 @@ fn walk(
 ) -> String {
     let vocab = compiler.vocab_size();
     let eos = tokenizer.eos_token_ids().to_vec();
-    let im_start = tokenizer.token_id("<|im_start|>").expect("SmolLM2 has <|im_start|>");
+    let im_start = tokenizer
+        .token_id("<|im_start|>")
+        .expect("SmolLM2 has <|im_start|>");
     let mut mask = compiler.compile(grammar).expect("grammar compiles");
     let mut generated: Vec<u32> = Vec::new();
     for _ in 0..2000 {
@@ -88,8 +90,14 @@ fn walk(
         assert!(mask.failure().is_none(), "{:?}", mask.failure());
         let text = tokenizer.decode(&generated, false).unwrap();
         assert!(!ids.is_empty(), "no token allowed after {text:?}");
-        assert!(ids.iter().all(|&id| (id as usize) < vocab), "padding ids allowed");
-        assert!(!ids.contains(&im_start), "a special token allowed after {text:?}");
+        assert!(
+            ids.iter().all(|&id| (id as usize) < vocab),
+            "padding ids allowed"
+        );
+        assert!(
+            !ids.contains(&im_start),
+            "a special token allowed after {text:?}"
+        );
         let eos_allowed = ids.iter().any(|id| eos.contains(id));
         assert_eq!(
             eos_allowed,
@@ -144,9 +152,19 @@ fn random_walks_stay_viable_and_parse_into_the_action() {
     let closes = closing_tokens(&tokenizer, compiler.vocab_size());
     let mut rng = Rng(0x7ab1_e5ee);
     for _ in 0..6 {
-        let text = walk(&tokenizer, &compiler, &closes, &schemas::patterns(), &mut rng, &is_json);
+        let text = walk(
+            &tokenizer,
+            &compiler,
+            &closes,
+            &schemas::patterns(),
+            &mut rng,
+            &is_json,
+        );
         let patterns = parse::parse_patterns(&text).unwrap_or_else(|| panic!("{text:?}"));
-        assert!((1..=schemas::MAX_PATTERNS).contains(&patterns.len()), "{text:?}");
+        assert!(
+            (1..=schemas::MAX_PATTERNS).contains(&patterns.len()),
+            "{text:?}"
+        );
     }
     let cases = [
         (Strategy::Select { n: 5, m: 1 }, 5, true, true),
@@ -181,13 +199,18 @@ fn random_walks_stay_viable_and_parse_into_the_action() {
         }
     }
     for (variant, labels) in [
-        (QaVariant::TableSeek, &["SUPPORTED", "REFUTED", "CANNOT VERIFY"][..]),
+        (
+            QaVariant::TableSeek,
+            &["SUPPORTED", "REFUTED", "CANNOT VERIFY"][..],
+        ),
         (QaVariant::Baseline, &["SUPPORTED", "REFUTED"][..]),
     ] {
         let grammar = schemas::qa(TaskType::FactVerification, variant).expect("a grammar");
         let complete = |text: &str| labels.iter().any(|l| text == format!("Answer: {l}"));
         for _ in 0..6 {
-            let text = walk(&tokenizer, &compiler, &closes, &grammar, &mut rng, &complete);
+            let text = walk(
+                &tokenizer, &compiler, &closes, &grammar, &mut rng, &complete,
+            );
             let outcome = parse::parse_qa(&text, TaskType::FactVerification, variant);
             assert!(outcome.parsed, "{text:?}");
             if variant == QaVariant::Baseline {
@@ -228,10 +251,15 @@ fn ids_outside_the_shown_set_cannot_be_written() {
         .map(|&id| tokenizer.decode(&[id], false).unwrap())
         .collect();
     for digit in ["0", "1", "2"] {
-        assert!(texts.iter().any(|t| t == digit), "{digit} masked: {texts:?}");
+        assert!(
+            texts.iter().any(|t| t == digit),
+            "{digit} masked: {texts:?}"
+        );
     }
     assert!(
-        texts.iter().all(|t| matches!(t.chars().next(), Some('0'..='2'))),
+        texts
+            .iter()
+            .all(|t| matches!(t.chars().next(), Some('0'..='2'))),
         "only shown ids may follow: {texts:?}"
     );
     // After T1, "T10".."T19" would be new ids: only the closing quote may come.

@@ -43,14 +43,14 @@ mod trajectory;
 
 use serde::{Deserialize, Serialize};
 
+/// What a call's output must match; see [`schemas`].
+pub use crate::engine::Grammar;
 pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
     Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
 };
 pub use parse::{QaOutcome, QaVariant, Verdict};
 pub use run::{baseline_qa, Agent};
-/// What a call's output must match; see [`schemas`].
-pub use crate::engine::Grammar;
 pub use trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Totals,
     Trajectory,

@@ -33,8 +33,8 @@ use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
 use super::{
-    AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest,
-    LlmResponse, RankedTable, SearchSpace, Strategy, TaskType,
+    AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest, LlmResponse,
+    RankedTable, SearchSpace, Strategy, TaskType,
 };
 
 /// Runs the TableSeek loop with one configuration over any number of queries.

@@ -89,9 +89,7 @@ pub fn refine(
     let mut choices = Vec::new();
     if allow_select && !shown_ids.is_empty() {
         choices.push(match strategy {
-            Strategy::Select { m, .. } => {
-                action("select", Some(("tables", id_list(shown_ids, m))))
-            }
+            Strategy::Select { m, .. } => action("select", Some(("tables", id_list(shown_ids, m)))),
             Strategy::Rerank { .. } => action(
                 "rerank",
                 Some(("order", id_list(shown_ids, shown_ids.len()))),

@@ -106,7 +106,10 @@ impl GrammarCompiler {
                 )));
             }
             let info = TokRxInfo::new(vocab_size as u32, first_eos);
-            Ok((TokTrie::from(&info, &words).with_eos_tokens(eos), vocab_size))
+            Ok((
+                TokTrie::from(&info, &words).with_eos_tokens(eos),
+                vocab_size,
+            ))
         };
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(build));
         let (trie, vocab_size) = built.map_err(|panic| {
@@ -146,8 +149,7 @@ impl GrammarCompiler {
             Grammar::JsonSchema(schema) => {
                 let mut schema = schema.clone();
                 if let Some(map) = schema.as_object_mut() {
-                    map.entry("x-guidance")
-                        .or_insert_with(default_json_options);
+                    map.entry("x-guidance").or_insert_with(default_json_options);
                 }
                 TopLevelGrammar::from_json_schema(schema)
             }

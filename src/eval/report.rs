@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::metrics::{Aggregate, MetricsError};
-use crate::agent::{CallRecord, StepKind};
 use super::run::{QueryRecord, StageMs};
 use super::stats::{
     paired_bootstrap, paired_t_test, wilcoxon_signed_rank, BootstrapOptions, BootstrapResult,
     TTestResult, WilcoxonResult,
 };
+use crate::agent::{CallRecord, StepKind};
 
 /// The paper's metrics plus average cost per query.
 #[derive(Debug, Clone, PartialEq, Serialize)]
