@@ -497,6 +497,7 @@ fn trajectory_json_has_the_agreed_keys() {
         "ms",
         "output",
         "parsed",
+        "constrained",
         "action",
     ] {
         assert!(call.get(key).is_some(), "missing calls[].{key}");
@@ -513,6 +514,43 @@ fn trajectory_json_has_the_agreed_keys() {
     }
     let back: tableseek::agent::Trajectory = serde_json::from_value(json).unwrap();
     assert_eq!(back, t);
+}
+
+#[test]
+fn every_request_carries_the_grammar_of_its_step() {
+    use tableseek::agent::{schemas, Grammar, Strategy};
+    let config = AgentConfig::builder()
+        .strategy(Strategy::Select { n: 10, m: 3 })
+        .build()
+        .unwrap();
+    let (t, llm) = run(
+        config,
+        QUERY,
+        &[PATTERNS_FR, &select(&["T0"]), "Answer: 2148000"],
+    );
+    let requests = llm.requests();
+    assert_eq!(requests[0].constraint, Some(schemas::patterns()));
+    // Six tables match, so the round shows T0..T5 (not the strategy's ten), at most three chosen.
+    let Some(Grammar::JsonSchema(refine)) = &requests[1].constraint else {
+        panic!("refine has no JSON schema: {:?}", requests[1].constraint);
+    };
+    let select = &refine["anyOf"][0]["properties"]["tables"];
+    let ids: Vec<&str> = select["items"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["T0", "T1", "T2", "T3", "T4", "T5"]);
+    assert_eq!(select["maxItems"], 3);
+    assert_eq!(
+        refine["anyOf"][1]["properties"]["action"]["const"],
+        "regenerate"
+    );
+    // Tableqa QA is free text.
+    assert_eq!(requests[2].constraint, None);
+    // The scripted backend decodes nothing, so no call was constrained.
+    assert!(t.calls.iter().all(|c| !c.constrained));
 }
 
 #[test]

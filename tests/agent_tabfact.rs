@@ -111,6 +111,7 @@ impl Llm for LexicalLlm {
             prompt_tokens: 0,
             cached_tokens: 0,
             ms: 0.0,
+            constrained: false,
         })
     }
 }

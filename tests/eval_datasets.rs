@@ -18,6 +18,7 @@ impl Llm for Constant {
             prompt_tokens: 0,
             cached_tokens: 0,
             ms: 0.0,
+            constrained: false,
         })
     }
 }

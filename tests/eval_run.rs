@@ -98,6 +98,7 @@ impl Llm for FakeLlm {
             prompt_tokens: prompt.len() / 4,
             cached_tokens: 0,
             ms: 0.0,
+            constrained: false,
         })
     }
 }

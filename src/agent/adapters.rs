@@ -110,18 +110,28 @@ impl SearchSpace for CorpusSpace<'_> {
 pub struct EngineLlm<'m> {
     model: &'m mut ChatModel,
     enable_thinking: Option<bool>,
+    constrain: bool,
 }
 
 impl<'m> EngineLlm<'m> {
+    /// Structured decoding is on: requests that carry a grammar are decoded under it.
     pub fn new(model: &'m mut ChatModel) -> Self {
         Self {
             model,
             enable_thinking: None,
+            constrain: true,
         }
     }
 
     pub fn enable_thinking(mut self, enable_thinking: Option<bool>) -> Self {
         self.enable_thinking = enable_thinking;
+        self
+    }
+
+    /// `false` ignores request grammars (`--constrain off`): the model writes freely and the
+    /// parser copes.
+    pub fn constrain(mut self, constrain: bool) -> Self {
+        self.constrain = constrain;
         self
     }
 }
@@ -146,15 +156,17 @@ impl Llm for EngineLlm<'_> {
             enable_thinking: self.enable_thinking,
             ..ChatOptions::default()
         };
-        let output = self
-            .model
-            .chat(&messages, &options)
-            .map_err(|err| AgentError::Llm(err.to_string()))?;
+        let output = match (&request.constraint, self.constrain) {
+            (Some(grammar), true) => self.model.chat_constrained(&messages, &options, grammar),
+            _ => self.model.chat(&messages, &options),
+        }
+        .map_err(|err| AgentError::Llm(err.to_string()))?;
         Ok(LlmResponse {
             text: output.raw_text,
             prompt_tokens: output.stats.prompt_tokens,
             cached_tokens: output.stats.cached_tokens,
             ms: started.elapsed().as_secs_f64() * 1e3,
+            constrained: output.constrained,
         })
     }
 }

@@ -37,11 +37,14 @@ mod config;
 pub mod parse;
 pub mod prompts;
 mod run;
+pub mod schemas;
 pub mod testing;
 mod trajectory;
 
 use serde::{Deserialize, Serialize};
 
+/// What a call's output must match; see [`schemas`].
+pub use crate::engine::Grammar;
 pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
     Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
@@ -137,6 +140,9 @@ pub struct LlmRequest {
     pub messages: Vec<ChatMessage>,
     pub max_new_tokens: usize,
     pub kind: CallKind,
+    /// The shape the output must have ([`schemas`]); a backend that can decode under a grammar
+    /// applies it, others may ignore it (the parser still reads free output).
+    pub constraint: Option<Grammar>,
 }
 
 /// The model's reply with the accounting the trajectory keeps.
@@ -148,6 +154,9 @@ pub struct LlmResponse {
     pub cached_tokens: usize,
     /// Wall time of the call in milliseconds.
     pub ms: f64,
+    /// Whether the request's constraint shaped the output (false when there was none, the
+    /// backend ignores constraints, or decoding under it gave up).
+    pub constrained: bool,
 }
 
 /// What the agent needs from an LLM (the engine adapter implements it; tests use

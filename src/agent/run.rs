@@ -28,11 +28,12 @@ use tracing::{debug, warn};
 
 use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
 use super::prompts::{self, PromptOptions, Prompts, ShownTable};
+use super::schemas;
 use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
 use super::{
-    AgentConfig, AgentError, CallKind, ChatMessage, History, Llm, LlmRequest, LlmResponse,
+    AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest, LlmResponse,
     RankedTable, SearchSpace, Strategy, TaskType,
 };
 
@@ -172,11 +173,13 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         &mut self,
         kind: CallKind,
         messages: Vec<ChatMessage>,
+        constraint: Option<Grammar>,
     ) -> Result<LlmResponse, AgentError> {
         let request = LlmRequest {
             messages,
             max_new_tokens: self.config.max_new_tokens,
             kind,
+            constraint,
         };
         let started = Instant::now();
         match self.llm.chat(&request) {
@@ -207,13 +210,14 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             ms: response.ms,
             output: response.text,
             parsed,
+            constrained: response.constrained,
             action,
         });
     }
 
     fn generate_patterns(&mut self) -> Result<(), AgentError> {
         let messages = self.prompts.pattern_generation(self.query);
-        let response = self.call(CallKind::PatternGen, messages)?;
+        let response = self.call(CallKind::PatternGen, messages, Some(schemas::patterns()))?;
         let (patterns, from_query) = match parse::parse_patterns(&response.text) {
             Some(patterns) => (patterns, false),
             None => {
@@ -299,7 +303,14 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                     conversation.clone()
                 }
             };
-            let response = self.call(CallKind::Refine, messages)?;
+            let shown_ids: Vec<String> = previews.iter().map(|p| p.id.clone()).collect();
+            let constraint = schemas::refine(
+                strategy,
+                &shown_ids,
+                !ablations.no_select,
+                !ablations.no_regenerate,
+            );
+            let response = self.call(CallKind::Refine, messages, Some(constraint))?;
             if self.config.history == History::Full {
                 // Thinking is dropped from the history, as chat templates of reasoning models do.
                 conversation.push(ChatMessage::assistant(parse::strip_thinking(
@@ -390,7 +401,8 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             })
             .collect();
         let messages = self.prompts.qa(self.query, &shown);
-        let response = self.call(kind, messages)?;
+        let constraint = schemas::qa(self.config.task, QaVariant::TableSeek);
+        let response = self.call(kind, messages, constraint)?;
         let outcome = parse::parse_qa(&response.text, self.config.task, QaVariant::TableSeek);
         let table_ids: Vec<String> = tables
             .iter()
@@ -443,6 +455,7 @@ pub fn baseline_qa<L: Llm + ?Sized>(
         messages: prompts::baseline_qa(task, query, &shown),
         max_new_tokens,
         kind: CallKind::Qa,
+        constraint: schemas::qa(task, QaVariant::Baseline),
     };
     let response = llm.chat(&request)?;
     let outcome = parse::parse_qa(&response.text, task, QaVariant::Baseline);

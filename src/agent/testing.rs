@@ -93,6 +93,8 @@ impl Llm for ScriptedLlm {
             prompt_tokens,
             cached_tokens,
             ms: self.ms_per_call,
+            // Scripted outputs are fixed text: no grammar shaped them.
+            constrained: false,
         })
     }
 }

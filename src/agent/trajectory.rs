@@ -104,6 +104,10 @@ pub struct CallRecord {
     pub output: String,
     /// Whether the output was machine-readable in the expected shape.
     pub parsed: bool,
+    /// Whether structured decoding shaped the output (`--constrain on` and a grammar for the
+    /// call); absent in records written before it existed.
+    #[serde(default)]
+    pub constrained: bool,
     pub action: Action,
 }
 

@@ -37,6 +37,10 @@ pub struct AgentArgs {
     /// For thinking models (Qwen3): true or false; default is the template's.
     #[arg(long)]
     pub enable_thinking: Option<bool>,
+    /// Structured decoding: pattern-generation and refine outputs (and fact-verification labels)
+    /// are decoded under their JSON schema / grammar, so they always parse; thinking stays free.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub constrain: OnOff,
     /// Ablation: from the first ranking straight to QA.
     #[arg(long)]
     pub no_refine: bool,
@@ -81,6 +85,20 @@ impl AgentArgs {
     }
 }
 
+/// A switch written `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct AskArgs {
     /// Directory of tables (CSV/TSV, Markdown, HTML, JSON/JSONL, TabFact).
@@ -112,7 +130,9 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     let mut model = args.model.load()?;
     let agent = Agent::new(args.agent.config(model.default_max_new_tokens())?)?;
     let space = CorpusSpace::new(&corpus);
-    let mut llm = EngineLlm::new(&mut model).enable_thinking(args.agent.enable_thinking);
+    let mut llm = EngineLlm::new(&mut model)
+        .enable_thinking(args.agent.enable_thinking)
+        .constrain(args.agent.constrain.is_on());
     let mut trajectory = agent.run(&mut llm, &space, &args.query)?;
     if args.no_timings {
         trajectory.zero_timings();

@@ -159,6 +159,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             "history": agent_config.history,
             "max_new_tokens": args.agent.max_new_tokens,
             "enable_thinking": args.agent.enable_thinking,
+            "constrain": args.agent.constrain,
             "ablations": agent_config.ablations,
             "max_table_chars": args.max_table_chars,
             "timings": !args.no_timings,
@@ -203,7 +204,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     };
     let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);
     let evaluator = Evaluator::new(args.method, &space, corpus.len(), options)?;
-    let mut llm = EngineLlm::new(&mut model).enable_thinking(args.agent.enable_thinking);
+    let mut llm = EngineLlm::new(&mut model)
+        .enable_thinking(args.agent.enable_thinking)
+        .constrain(args.agent.constrain.is_on());
     let progress = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(pending as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template(

@@ -58,6 +58,8 @@ pub enum EngineError {
     Tokenizer(#[from] super::tokenizer::TokenizerError),
     #[error(transparent)]
     ChatTemplate(#[from] super::chat::ChatTemplateError),
+    #[error(transparent)]
+    Constraint(#[from] super::constrain::ConstraintError),
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

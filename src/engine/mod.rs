@@ -7,6 +7,7 @@
 //!   hidden states for embedding and reranker heads.
 //! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
 //! - [`generate`]: greedy decoding with stop conditions and a logits hook.
+//! - [`constrain`]: structured decoding, a grammar (JSON schema, Lark) as that hook (llguidance).
 //! - [`device`]: device specs and layer split.
 //! - [`session`]: weights + tokenizer + template behind one `chat(messages)` call.
 //! - [`tokenizer`], [`chat`]: text ↔ ids (tokenizer.json or rebuilt from GGUF) and chat templates.
@@ -45,9 +46,11 @@ pub use model::Model;
 pub use prefix_cache::PrefixCache;
 
 pub mod chat;
+pub mod constrain;
 pub mod session;
 pub mod tokenizer;
 
 pub use chat::{strip_thinking, ChatMessage, ChatTemplate, ChatTemplateError, TemplateOptions};
+pub use constrain::{ConstraintError, Grammar, GrammarCompiler, GrammarMask};
 pub use session::{ChatModel, ChatModelOptions, ChatOptions, ChatOutput};
 pub use tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer, TokenizerError};

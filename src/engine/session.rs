@@ -5,10 +5,12 @@
 //! `tokenizer_config.json` beside the weights. `--tokenizer` overrides either.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use candle_core::DType;
 
 use super::chat::{strip_thinking, ChatMessage, ChatTemplate, TemplateOptions};
+use super::constrain::{ConstraintError, Grammar, GrammarCompiler};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::generate::{
@@ -87,6 +89,9 @@ pub struct ChatOutput {
     pub text: String,
     pub stats: CallStats,
     pub stop_reason: StopReason,
+    /// Whether a logits mask shaped the reply: for [`ChatModel::chat_constrained`], the grammar
+    /// was in force for the whole answer (after any thinking) and never gave up.
+    pub constrained: bool,
 }
 
 /// Weights, tokenizer, template and the prefix cache that successive calls share.
@@ -95,6 +100,9 @@ pub struct ChatModel {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     stop_token_ids: Vec<u32>,
+    /// Built on the first constrained call: walking the vocabulary costs time that plain chat
+    /// should not pay.
+    grammars: OnceLock<GrammarCompiler>,
 }
 
 impl ChatModel {
@@ -124,6 +132,7 @@ impl ChatModel {
             tokenizer,
             template,
             stop_token_ids,
+            grammars: OnceLock::new(),
         })
     }
 
@@ -196,6 +205,53 @@ impl ChatModel {
         mask: Option<&mut dyn LogitsMask>,
     ) -> Result<ChatOutput> {
         let prompt = self.render(messages, opts.enable_thinking)?;
+        let constrained = mask.is_some();
+        let mut output = self.chat_prompt(prompt, opts, mask)?;
+        output.constrained = constrained;
+        Ok(output)
+    }
+
+    /// The grammar compiler over this model's tokenizer, built on first use.
+    pub fn grammar_compiler(&self) -> Result<&GrammarCompiler, ConstraintError> {
+        if let Some(compiler) = self.grammars.get() {
+            return Ok(compiler);
+        }
+        let started = std::time::Instant::now();
+        let compiler = GrammarCompiler::new(&self.tokenizer)?;
+        tracing::debug!(
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "token trie for structured decoding"
+        );
+        Ok(self.grammars.get_or_init(|| compiler))
+    }
+
+    /// A greedy reply whose answer must match `grammar`. When the template leaves the model
+    /// room to think (a thinking template whose prompt does not already close `<think>`), the
+    /// thinking is free and the grammar applies after `</think>`.
+    pub fn chat_constrained(
+        &mut self,
+        messages: &[ChatMessage],
+        opts: &ChatOptions,
+        grammar: &Grammar,
+    ) -> Result<ChatOutput> {
+        let prompt = self.render(messages, opts.enable_thinking)?;
+        let gate = if self.supports_thinking() && !prompt.trim_end().ends_with("</think>") {
+            Some(self.tokenizer.encode("</think>", true)?)
+        } else {
+            None
+        };
+        let mut mask = self.grammar_compiler()?.compile_gated(grammar, gate)?;
+        let mut output = self.chat_prompt(prompt, opts, Some(&mut mask))?;
+        output.constrained = mask.constrained();
+        Ok(output)
+    }
+
+    fn chat_prompt(
+        &mut self,
+        prompt: String,
+        opts: &ChatOptions,
+        mask: Option<&mut dyn LogitsMask>,
+    ) -> Result<ChatOutput> {
         let prompt_token_ids = self.encode_prompt(&prompt)?;
         let generate_options = GenerateOptions {
             max_new_tokens: opts.max_new_tokens,
@@ -251,6 +307,7 @@ impl ChatModel {
             text,
             stats: output.stats,
             stop_reason: output.stop_reason,
+            constrained: false,
         })
     }
 }

@@ -11,6 +11,7 @@ use super::stats::{
     paired_bootstrap, paired_t_test, wilcoxon_signed_rank, BootstrapOptions, BootstrapResult,
     TTestResult, WilcoxonResult,
 };
+use crate::agent::{CallRecord, StepKind};
 
 /// The paper's metrics plus average cost per query.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -23,6 +24,29 @@ pub struct SummaryMetrics {
     pub avg_cached_tokens: f64,
     /// Mean wall time per query by stage.
     pub avg_ms: StageMs,
+    /// Share of the agent's pattern-generation and refine calls whose output parsed into an
+    /// action; absent when the runs made none (baselines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_parse_rate: Option<f64>,
+    /// Share of those calls decoded under their grammar (`--constrain on`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_constrained_rate: Option<f64>,
+}
+
+/// `(parsed share, constrained share)` of the pattern-generation and refine calls in `records`.
+fn action_call_rates(records: &[QueryRecord]) -> (Option<f64>, Option<f64>) {
+    let calls: Vec<_> = records
+        .iter()
+        .filter_map(|r| r.trajectory.as_ref())
+        .flat_map(|t| &t.calls)
+        .filter(|c| !matches!(c.kind, StepKind::Qa | StepKind::QaFallback))
+        .collect();
+    if calls.is_empty() {
+        return (None, None);
+    }
+    let n = calls.len() as f64;
+    let share = |f: &dyn Fn(&&CallRecord) -> bool| calls.iter().filter(|c| f(c)).count() as f64 / n;
+    (Some(share(&|c| c.parsed)), Some(share(&|c| c.constrained)))
 }
 
 /// `summary.json`.
@@ -46,6 +70,7 @@ impl Summary {
         let mut methods: Vec<String> = records.iter().map(|r| r.method.to_string()).collect();
         methods.sort();
         methods.dedup();
+        let (action_parse_rate, action_constrained_rate) = action_call_rates(records);
         Ok(Self {
             methods,
             n: records.len(),
@@ -63,6 +88,8 @@ impl Summary {
                     qa: mean(&|r| r.cost.ms.qa),
                     total: mean(&|r| r.cost.ms.total),
                 },
+                action_parse_rate,
+                action_constrained_rate,
             },
         })
     }
@@ -71,7 +98,7 @@ impl Summary {
 type Column = (&'static str, fn(&Summary) -> Option<f64>);
 
 /// The main-results columns; a column is shown when some run has a value for it.
-const COLUMNS: [Column; 18] = [
+const COLUMNS: [Column; 19] = [
     ("R@1", |s| Some(s.metrics.aggregate.r_at_1)),
     ("R@3", |s| Some(s.metrics.aggregate.r_at_3)),
     ("R@5", |s| Some(s.metrics.aggregate.r_at_5)),
@@ -86,6 +113,7 @@ const COLUMNS: [Column; 18] = [
     ("Acc-Sup", |s| s.metrics.aggregate.acc_sup),
     ("Acc-Ref", |s| s.metrics.aggregate.acc_ref),
     ("Eff", |s| s.metrics.aggregate.eff),
+    ("parsed", |s| s.metrics.action_parse_rate),
     ("steps", |s| Some(s.metrics.avg_steps)),
     ("prompt tok", |s| Some(s.metrics.avg_prompt_tokens)),
     ("s/query", |s| Some(s.metrics.avg_ms.total / 1e3)),
