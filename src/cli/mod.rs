@@ -7,6 +7,7 @@ mod generate;
 mod grep;
 mod model_args;
 mod retrieve;
+mod retrievers;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,7 +36,7 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Talk to a model interactively.
     Chat(generate::ChatArgs),
-    /// Rank tables for a file of queries with a baseline retriever (dense or BM25).
+    /// Rank tables for a file of queries with a baseline retriever (dense, rerank or BM25).
     Retrieve(retrieve::RetrieveArgs),
     /// Run a method over a dataset into a resumable run directory.
     Eval(eval::EvalArgs),
