@@ -24,7 +24,7 @@ venv=${BENCH_VENV:-$HOME/.cache/tableseek-bench-venv}
 [[ -d $tables ]] || { echo "no $tables (set TABLESEEK_SHARED)" >&2; exit 1; }
 [[ -f $model/model.safetensors ]] || { echo "no $model (set TABLESEEK_MODELS)" >&2; exit 1; }
 
-if [[ ! -x $venv/bin/python ]]; then
+if ! "$venv/bin/python" -c 'import sentence_transformers' 2>/dev/null; then
     python3 -m venv "$venv"
     # CPU-only torch wheels keep the venv small; plain PyPI torch pulls in CUDA libraries.
     "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu \

@@ -9,12 +9,16 @@ use tableseek::agent::testing::MemorySpace;
 use tableseek::agent::{
     AgentConfig, AgentError, CallKind, Llm, LlmRequest, LlmResponse, Role, TaskType,
 };
+use tableseek::engine::{load_tokenizer, DeviceMap, Model, ModelSpec};
 use tableseek::eval::rundir::{QUERIES_FILE, REPORT_FILE, SUMMARY_FILE};
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
     compare_runs, load_queries, read_records, write_summary, EvalOptions, EvalQuery, Evaluator,
     Method, RunConfig, RunDir, RunError,
 };
+use tableseek::retrieve::bert::Embeddings;
+use tableseek::retrieve::dense::{self, DenseIndex, TextEncoder};
+use tableseek::retrieve::rerank::{RerankOptions, Reranker};
 
 const TABLES: [(&str, &str); 4] = [
     (
@@ -145,7 +149,11 @@ fn read(path: &Path) -> String {
 fn methods_produce_scored_records() {
     let tmp = tempfile::tempdir().unwrap();
     let queries = queries(tmp.path());
-    for method in Method::ALL {
+    // Dense and rerank need an encoder and a reranker: `dense_and_rerank_methods` below.
+    for method in Method::ALL
+        .into_iter()
+        .filter(|m| !matches!(m, Method::Dense | Method::Rerank))
+    {
         let dir = tmp.path().join(method.as_str());
         full_run(method, &dir, &queries, &mut FakeLlm::default());
         let records = read_records(&dir).unwrap();
@@ -176,6 +184,7 @@ fn methods_produce_scored_records() {
                 assert_eq!(q1.cost.llm_calls, 3);
                 assert!(q1.trajectory.is_some());
             }
+            Method::Dense | Method::Rerank => unreachable!("filtered out"),
             Method::Bm25 => {
                 assert_eq!(q1.ranking.len(), 4);
                 assert_eq!(q1.cost.llm_calls, 1);
@@ -439,5 +448,142 @@ fn a_failing_query_is_recorded_and_the_run_goes_on() {
             serde_json::from_str(&read(&dir.join(SUMMARY_FILE))).unwrap();
         assert_eq!(summary["errors"], 1);
         assert!(read(&dir.join(REPORT_FILE)).contains("| errors |"));
+    }
+}
+
+/// Bag of hashed lowercase words: texts sharing words are close. Enough to rank the four tables.
+struct WordsEncoder;
+
+impl WordsEncoder {
+    fn vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; 64];
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() > 2)
+        {
+            let hash = word.to_lowercase().bytes().fold(2166136261u32, |h, b| {
+                (h ^ u32::from(b)).wrapping_mul(16777619)
+            });
+            v[hash as usize % 64] += 1.0;
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        v.iter().map(|x| x / norm).collect()
+    }
+}
+
+impl TextEncoder for WordsEncoder {
+    fn embed_documents(&self, texts: &[&str]) -> dense::Result<Embeddings> {
+        Ok(Embeddings {
+            data: texts.iter().flat_map(|t| Self::vector(t)).collect(),
+            dim: 64,
+            truncated: 0,
+        })
+    }
+
+    fn embed_query(&self, text: &str) -> dense::Result<Vec<f32>> {
+        Ok(Self::vector(text))
+    }
+
+    fn dim(&self) -> usize {
+        64
+    }
+
+    fn identity(&self) -> Vec<u8> {
+        b"words".to_vec()
+    }
+}
+
+/// The tiny random Qwen3 as a reranker (its vocabulary has no "yes"/"no": ids 11 and 10 stand
+/// in), when ../shared is there.
+fn tiny_reranker() -> Option<Reranker> {
+    let shared = std::env::var_os("TABLESEEK_SHARED")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let dir = shared.join("reference/tiny-models/tiny-qwen3");
+    if !dir.is_dir() {
+        eprintln!("skipping the rerank part: {} not found", dir.display());
+        return None;
+    }
+    let model = Model::load(&ModelSpec::Path(dir.clone()), &DeviceMap::cpu(), None).unwrap();
+    let options = RerankOptions {
+        yes_no_ids: Some((11, 10)),
+        ..RerankOptions::default()
+    };
+    Some(Reranker::new(model, load_tokenizer(&dir, None).unwrap(), options).unwrap())
+}
+
+#[test]
+fn dense_and_rerank_methods() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let space = MemorySpace::new(TABLES);
+    let texts: Vec<&str> = TABLES.iter().map(|(_, text)| *text).collect();
+    let index = DenseIndex::build(&WordsEncoder, &texts).unwrap();
+
+    // Without an encoder the method cannot run, and says why.
+    let bare = Evaluator::new(Method::Dense, &space, space.len(), options()).unwrap();
+    let err = bare
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("encoder"), "{err}");
+
+    let evaluator = Evaluator::new(Method::Dense, &space, space.len(), options())
+        .unwrap()
+        .with_dense(&WordsEncoder, &index);
+    let dense: Vec<_> = queries
+        .iter()
+        .map(|q| evaluator.run_query(&mut FakeLlm::default(), q).unwrap())
+        .collect();
+    let q1 = &dense[0];
+    assert_eq!(q1.ranking[0], "geo/capitals.csv");
+    assert_eq!(q1.ranking.len(), 4);
+    assert_eq!(q1.final_table.as_deref(), Some("geo/capitals.csv"));
+    assert!(q1.metrics.r_at_1);
+    assert_eq!(
+        (
+            q1.cost.llm_calls,
+            q1.cost.encode_calls,
+            q1.cost.rerank_calls
+        ),
+        (1, 1, 0)
+    );
+    let line = serde_json::to_string(q1).unwrap();
+    assert!(line.contains("\"encode_calls\":1"), "{line}");
+    assert!(
+        !line.contains("rerank_calls"),
+        "zero counters stay out of the record"
+    );
+
+    let Some(mut reranker) = tiny_reranker() else {
+        return;
+    };
+    let rerank_options = EvalOptions {
+        rerank_depth: 3,
+        ..options()
+    };
+    let no_reranker = Evaluator::new(Method::Rerank, &space, space.len(), options())
+        .unwrap()
+        .with_dense(&WordsEncoder, &index);
+    let err = no_reranker
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("reranker"), "{err}");
+    let evaluator = Evaluator::new(Method::Rerank, &space, space.len(), rerank_options)
+        .unwrap()
+        .with_dense(&WordsEncoder, &index)
+        .with_reranker(&mut reranker);
+    for (query, dense) in queries.iter().zip(&dense) {
+        let record = evaluator.run_query(&mut FakeLlm::default(), query).unwrap();
+        assert_eq!(record.method, Method::Rerank);
+        assert_eq!(record.cost.rerank_calls, 3);
+        assert_eq!(record.cost.encode_calls, 1);
+        // The reranker reorders the dense top 3 and leaves the rest in place.
+        let mut head = record.ranking[..3].to_vec();
+        let mut dense_head = dense.ranking[..3].to_vec();
+        head.sort();
+        dense_head.sort();
+        assert_eq!(head, dense_head);
+        assert_eq!(record.ranking[3..], dense.ranking[3..]);
+        assert_eq!(record.final_table.as_ref(), Some(&record.ranking[0]));
     }
 }

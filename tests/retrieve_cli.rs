@@ -1,5 +1,6 @@
-//! `tableseek retrieve` end to end with BM25 on a small corpus (no model needed): output format,
-//! recall on stderr, determinism, and clear errors for bad input.
+//! `tableseek retrieve` end to end on a small corpus: BM25 (no model needed) output format, recall
+//! on stderr, determinism, clear errors for bad input; and, when the models are there, MiniLM +
+//! SmolLM2 reranking.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -106,7 +107,95 @@ fn bad_input_is_refused_clearly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("queries.jsonl:1"));
 
-    let out = retrieve(dir.path(), QUERIES, &["--method", "rerank"]);
+    let out = retrieve(
+        dir.path(),
+        QUERIES,
+        &["--method", "rerank", "--rerank-model", "no/such/model.gguf"],
+    );
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented yet"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/model.gguf"));
+}
+
+fn models_dir() -> std::path::PathBuf {
+    std::env::var_os("TABLESEEK_MODELS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models"))
+}
+
+/// MiniLM's dense top 3 reordered by SmolLM2 as a reranker.
+#[test]
+fn rerank_reorders_the_dense_head() {
+    let models = models_dir();
+    let (minilm, smollm2) = (
+        models.join("all-MiniLM-L6-v2"),
+        models.join("smollm2-135m-instruct-q4_1.gguf"),
+    );
+    if !minilm.is_dir() || !smollm2.is_file() {
+        eprintln!("skipping: models not found in {}", models.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let common = [
+        "--embed-model",
+        minilm.to_str().unwrap(),
+        "--no-cache",
+        "--top-k",
+        "3",
+    ];
+    let lines = |out: &Output| -> Vec<serde_json::Value> {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(dir.path().join("run.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let dense = lines(&retrieve(
+        dir.path(),
+        QUERIES,
+        &[&["--method", "dense"], &common[..]].concat(),
+    ));
+    let out = retrieve(
+        dir.path(),
+        QUERIES,
+        &[
+            &["--method", "rerank", "--rerank-depth", "3"],
+            &["--rerank-model", smollm2.to_str().unwrap()][..],
+            &common[..],
+        ]
+        .concat(),
+    );
+    let reranked = lines(&out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rerank"));
+    assert_eq!(reranked.len(), 3);
+    for (d, r) in dense.iter().zip(&reranked) {
+        assert_eq!(d["qid"], r["qid"]);
+        // One query encoding plus one reranker pass per candidate.
+        assert_eq!(r["calls"], 4);
+        assert!(r["ms"]["rerank"].as_f64().unwrap() > 0.0);
+        let ids = |line: &serde_json::Value| {
+            let mut ids: Vec<String> = line["ranking"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h["table_id"].as_str().unwrap().to_string())
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(ids(d), ids(r));
+        let scores: Vec<f64> = r["ranking"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["score"].as_f64().unwrap())
+            .collect();
+        assert!(scores.iter().all(|s| (0.0..=1.0).contains(s)), "{scores:?}");
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    }
 }

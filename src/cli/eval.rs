@@ -8,6 +8,7 @@ use anyhow::Context;
 use sha2::{Digest, Sha256};
 use tableseek::agent::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 use tableseek::corpus::{Corpus, LoadOptions};
+use tableseek::engine::DeviceMap;
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
     compare_runs, load_queries, read_records, render_comparison, render_report, resolve_dataset,
@@ -16,6 +17,7 @@ use tableseek::eval::{
 
 use super::ask::AgentArgs;
 use super::model_args::ModelArgs;
+use super::retrievers::{EncoderArgs, RerankArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
@@ -26,11 +28,17 @@ pub struct EvalArgs {
     /// Directory of tables; defaults to the named dataset's own corpus.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
-    /// tableseek, bm25, oracle or no-table.
+    /// tableseek, bm25, dense, rerank, oracle or no-table.
     #[arg(long)]
     pub method: Method,
     #[command(flatten)]
     pub model: ModelArgs,
+    /// The dense and rerank methods' encoder.
+    #[command(flatten)]
+    pub encoder: EncoderArgs,
+    /// The rerank method's reranker.
+    #[command(flatten)]
+    pub rerank: RerankArgs,
     /// Agent settings (`--task` is ignored: each query carries its own task).
     #[command(flatten)]
     pub agent: AgentArgs,
@@ -139,11 +147,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(limit) = args.limit {
         queries.truncate(limit);
     }
-    let config = RunConfig {
-        tableseek_version: env!("CARGO_PKG_VERSION").to_string(),
-        git_revision: git_revision(),
-        model_sha256: model_sha256(&args.model)?,
-        options: serde_json::json!({
+    let dense = matches!(args.method, Method::Dense | Method::Rerank);
+    let mut options = serde_json::json!({
             "dataset": dataset,
             "corpus": corpus_dir,
             "method": args.method,
@@ -163,7 +168,25 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             "ablations": agent_config.ablations,
             "max_table_chars": args.max_table_chars,
             "timings": !args.no_timings,
-        }),
+    });
+    // Only where they matter, so configs of other methods stay as they were (resume compares them).
+    if dense {
+        options["embed_model"] = serde_json::json!(args.encoder.model_path());
+        options["embed_max_length"] = serde_json::json!(args.encoder.max_length);
+        options["embed_task"] = serde_json::json!(args.encoder.embed_task);
+        options["embed_dim"] = serde_json::json!(args.encoder.embed_dim);
+    }
+    if args.method == Method::Rerank {
+        options["rerank_model"] = serde_json::json!(args.rerank.model_path());
+        options["rerank_depth"] = serde_json::json!(args.rerank.depth());
+        options["rerank_instruction"] = serde_json::json!(args.rerank.rerank_instruction);
+        options["rerank_max_length"] = serde_json::json!(args.rerank.rerank_max_length);
+    }
+    let config = RunConfig {
+        tableseek_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_revision: git_revision(),
+        model_sha256: model_sha256(&args.model)?,
+        options,
         limit: args.limit,
         command_line: std::env::args().collect(),
     };
@@ -191,6 +214,26 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if missing > 0 {
         tracing::warn!(missing, "queries whose gold table is not in the corpus");
     }
+    let devices = DeviceMap::parse(&args.model.device, None)?;
+    let encoder = if dense {
+        Some(
+            args.encoder
+                .load(&devices, std::io::stderr().is_terminal())?,
+        )
+    } else {
+        None
+    };
+    let index = match &encoder {
+        Some(encoder) => {
+            let texts: Vec<&str> = (0..corpus.len()).map(|i| corpus.text(i)).collect();
+            Some(args.encoder.index(encoder.as_ref(), &texts)?)
+        }
+        None => None,
+    };
+    let mut reranker = match args.method {
+        Method::Rerank => Some(args.rerank.load(&devices)?),
+        _ => None,
+    };
     let mut model = args.model.load()?;
     let max_new_tokens = args
         .agent
@@ -200,10 +243,17 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         agent: args.agent.config(model.default_max_new_tokens())?,
         qa_max_new_tokens: max_new_tokens,
         timings: !args.no_timings,
+        rerank_depth: args.rerank.depth(),
         ..EvalOptions::default()
     };
     let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);
-    let evaluator = Evaluator::new(args.method, &space, corpus.len(), options)?;
+    let mut evaluator = Evaluator::new(args.method, &space, corpus.len(), options)?;
+    if let (Some(encoder), Some(index)) = (&encoder, &index) {
+        evaluator = evaluator.with_dense(encoder.as_ref(), index);
+    }
+    if let Some(reranker) = reranker.as_mut() {
+        evaluator = evaluator.with_reranker(reranker);
+    }
     let mut llm = EngineLlm::new(&mut model)
         .enable_thinking(args.agent.enable_thinking)
         .constrain(args.agent.constrain.is_on());

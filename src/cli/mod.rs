@@ -7,6 +7,7 @@ mod generate;
 mod grep;
 mod model_args;
 mod retrieve;
+mod retrievers;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,10 +36,11 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Talk to a model interactively.
     Chat(generate::ChatArgs),
-    /// Rank tables for a file of queries with a baseline retriever (dense or BM25).
+    /// Rank tables for a file of queries with a baseline retriever (dense, rerank or BM25).
     Retrieve(retrieve::RetrieveArgs),
     /// Run a method over a dataset into a resumable run directory.
-    Eval(eval::EvalArgs),
+    // Boxed: the encoder and reranker flags make it far larger than the other variants.
+    Eval(Box<eval::EvalArgs>),
     /// Rebuild summary.json and report.md of run directories from their queries.jsonl.
     Report(eval::ReportArgs),
     /// Paired significance tests between two runs over their common queries.
@@ -68,7 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Generate(args) => generate::run_generate(args),
         Command::Chat(args) => generate::run_chat(args),
         Command::Retrieve(args) => retrieve::run(args),
-        Command::Eval(args) => eval::run_eval(args),
+        Command::Eval(args) => eval::run_eval(*args),
         Command::Report(args) => eval::run_report(args),
         Command::Compare(args) => eval::run_compare(args),
     }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use candle_core::DType;
-use tableseek::engine::{ChatModel, ChatModelOptions, DeviceMap, ModelSpec, QuantizedWeights};
+use tableseek::engine::{
+    ChatModel, ChatModelOptions, DeviceMap, LoadOptions, ModelSpec, QuantizedWeights,
+};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
@@ -82,19 +84,12 @@ impl ModelArgs {
     }
 
     fn quantized_weights(&self, devices: &DeviceMap) -> anyhow::Result<QuantizedWeights> {
-        const AUTO_DENSE_MAX_BYTES: u64 = 512 << 20;
         Ok(match self.weights.as_str() {
             "as-stored" => QuantizedWeights::AsStored,
             "dense" => QuantizedWeights::Dense,
             "dense-q8" => QuantizedWeights::DenseWithQ8Decode,
             "auto" => {
-                let all_cpu = devices.first().is_cpu() && devices.last().is_cpu();
-                let small = std::fs::metadata(&self.model)
-                    .map(|m| m.len() <= AUTO_DENSE_MAX_BYTES)
-                    .unwrap_or(false);
-                // Candle's CPU kernels for 4-bit blocks are scalar; expanding a small model costs
-                // little memory and makes prefill a real GEMM.
-                if all_cpu && small {
+                if small_on_cpu(&self.model, devices) {
                     QuantizedWeights::DenseWithQ8Decode
                 } else {
                     QuantizedWeights::AsStored
@@ -102,5 +97,30 @@ impl ModelArgs {
             }
             other => bail!("unknown --weights `{other}` (as-stored, dense, dense-q8, auto)"),
         })
+    }
+}
+
+/// Whether `model` is a file of at most 512 MiB and every layer runs on the CPU. Candle's CPU
+/// kernels for 4-bit blocks are scalar; expanding such a model to dense weights costs little memory
+/// and makes prefill a real GEMM.
+pub fn small_on_cpu(model: &std::path::Path, devices: &DeviceMap) -> bool {
+    const AUTO_DENSE_MAX_BYTES: u64 = 512 << 20;
+    let all_cpu = devices.first().is_cpu() && devices.last().is_cpu();
+    let small = std::fs::metadata(model)
+        .map(|m| m.is_file() && m.len() <= AUTO_DENSE_MAX_BYTES)
+        .unwrap_or(false);
+    all_cpu && small
+}
+
+/// Load options for a model that only ever prefills (embedding and reranker heads): dense
+/// weights where [`small_on_cpu`], else as stored.
+pub fn prefill_load_options(model: &std::path::Path, devices: &DeviceMap) -> LoadOptions {
+    LoadOptions {
+        quantized: if small_on_cpu(model, devices) {
+            QuantizedWeights::Dense
+        } else {
+            QuantizedWeights::AsStored
+        },
+        ..LoadOptions::default()
     }
 }

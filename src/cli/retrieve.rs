@@ -1,5 +1,9 @@
 //! `tableseek retrieve`: rank a corpus's tables for each query of a JSONL file with a baseline
-//! retriever (dense MiniLM or BM25) and write one ranking per line.
+//! retriever (dense, dense + LLM rerank, or BM25) and write one ranking per line.
+//!
+//! With `--method rerank` the first `--rerank-depth` entries carry the reranker's p(yes) as score,
+//! the rest the dense cosine; `calls` counts the query encoding plus one reranker pass per
+//! document.
 //!
 //! Input lines are eval queries `{qid, query, ...}`; `question` (Spider) or `claim` (TabFact) stand in
 //! for a missing `query`. When lines carry a `gold_table`, recall at 1/2/3 goes to stderr.
@@ -13,9 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use tableseek::corpus::Corpus;
 use tableseek::engine::DeviceMap;
-use tableseek::retrieve::bert::{BertEncoder, EncodeOptions};
 use tableseek::retrieve::bm25::{Bm25Builder, Bm25Index, Hit};
-use tableseek::retrieve::dense::{CacheStatus, DenseIndex};
+use tableseek::retrieve::rerank::reorder;
+
+use super::retrievers::{EncoderArgs, RerankArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
@@ -23,7 +28,7 @@ pub enum Method {
     Dense,
     /// BM25 over each table's text.
     Bm25,
-    /// Dense retrieval re-ranked by an LLM (not implemented yet).
+    /// The dense top `--rerank-depth` reordered by an LLM's p(yes) (Qwen3-Reranker format).
     Rerank,
 }
 
@@ -45,23 +50,11 @@ pub struct RetrieveArgs {
     /// JSONL queries: `qid` and `query` (or `question`, or `claim`); optional `gold_table`.
     #[arg(long)]
     pub queries: PathBuf,
-    /// Sentence-transformers model folder (config.json, model.safetensors, tokenizer.json).
-    /// Default: $TABLESEEK_MODELS/all-MiniLM-L6-v2, else models/all-MiniLM-L6-v2.
-    #[arg(long)]
-    pub embed_model: Option<PathBuf>,
-    /// Tokens per text for the encoder, [CLS]/[SEP] included; longer tables are truncated.
-    #[arg(long, default_value_t = 256)]
-    pub max_length: usize,
-    /// Texts per encoder forward pass.
-    #[arg(long, default_value_t = 32)]
-    pub batch_size: usize,
-    /// Where corpus embeddings are kept between runs.
-    #[arg(long, default_value = "runs/cache/embeddings")]
-    pub cache_dir: PathBuf,
-    /// Embed the corpus afresh and write no cache.
-    #[arg(long)]
-    pub no_cache: bool,
-    /// Device for the encoder: cpu or cuda:N.
+    #[command(flatten)]
+    pub encoder: EncoderArgs,
+    #[command(flatten)]
+    pub rerank: RerankArgs,
+    /// Device for the encoder and reranker: cpu or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     #[arg(long, default_value_t = 10)]
@@ -109,19 +102,24 @@ struct Millis {
     rerank: f64,
 }
 
-/// Ranks one query; returns hits, model calls, encode time in ms.
-type Ranker<'a> = Box<dyn FnMut(&str) -> anyhow::Result<(Vec<Hit>, usize, f64)> + 'a>;
+/// One query's ranking and what it cost.
+struct Ranking {
+    hits: Vec<Hit>,
+    calls: usize,
+    encode_ms: f64,
+    rerank_ms: f64,
+}
+
+type Ranker<'a> = Box<dyn FnMut(&str) -> anyhow::Result<Ranking> + 'a>;
 
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
-    if args.method == Method::Rerank {
-        bail!("--method rerank is not implemented yet (dense and bm25 are)");
-    }
     let queries = read_queries(&args.queries)?;
     let (corpus, _report) = super::corpus::load(&args.corpus)?;
     if corpus.is_empty() {
         bail!("no tables in {}", args.corpus.display());
     }
     let texts: Vec<&str> = (0..corpus.len()).map(|i| corpus.text(i)).collect();
+    let devices = DeviceMap::parse(&args.device, None)?;
 
     // Recall at 3 needs three results even when fewer are written.
     let depth = args.top_k.max(3);
@@ -129,23 +127,48 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     let dense;
     let bm25;
     let mut rank: Ranker<'_> = match args.method {
-        Method::Dense => {
-            encoder = load_encoder(&args)?;
-            dense = dense_index(&args, &encoder, &texts)?;
-            if dense.truncated() > 0 {
-                tracing::warn!(
-                    "{} of {} tables are longer than {} tokens; only their start is embedded",
-                    dense.truncated(),
-                    dense.len(),
-                    args.max_length
-                );
-            }
-            let (encoder, dense, k) = (&encoder, &dense, depth);
+        Method::Dense | Method::Rerank => {
+            encoder = args.encoder.load(&devices, true)?;
+            dense = args.encoder.index(encoder.as_ref(), &texts)?;
+            let mut reranker = match args.method {
+                Method::Rerank => Some(args.rerank.load(&devices)?),
+                _ => None,
+            };
+            let rerank_depth = args.rerank.depth();
+            let (encoder, dense, texts) = (&encoder, &dense, &texts);
+            let k = depth.max(if reranker.is_some() { rerank_depth } else { 0 });
             Box::new(move |query: &str| {
                 let start = Instant::now();
-                let embedding = encoder.embed_one(query)?;
+                let embedding = encoder.embed_query(query)?;
                 let encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                Ok((dense.search(&embedding, k)?, 1, encode_ms))
+                let mut hits = dense.search(&embedding, k)?;
+                let (mut calls, mut rerank_ms) = (1, 0.0);
+                if let Some(reranker) = reranker.as_mut() {
+                    let start = Instant::now();
+                    let head = rerank_depth.min(hits.len());
+                    let docs: Vec<usize> = hits[..head].iter().map(|h| h.doc).collect();
+                    let doc_texts: Vec<&str> = docs.iter().map(|&d| texts[d]).collect();
+                    let scored = reranker.score(query, &doc_texts)?;
+                    if scored.truncated > 0 {
+                        tracing::warn!(
+                            truncated = scored.truncated,
+                            "tables cut to fit the reranker's maximum length"
+                        );
+                    }
+                    for (slot, (doc, score)) in
+                        reorder(&docs, &scored.scores).into_iter().enumerate()
+                    {
+                        hits[slot] = Hit { doc, score };
+                    }
+                    calls += scored.calls;
+                    rerank_ms = start.elapsed().as_secs_f64() * 1e3;
+                }
+                Ok(Ranking {
+                    hits,
+                    calls,
+                    encode_ms,
+                    rerank_ms,
+                })
             })
         }
         Method::Bm25 => {
@@ -155,23 +178,33 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
             };
             bm25 = builder.build(&texts)?;
             let (bm25, k): (&Bm25Index, usize) = (&bm25, depth);
-            Box::new(move |query: &str| Ok((bm25.search(query, k), 0, 0.0)))
+            Box::new(move |query: &str| {
+                Ok(Ranking {
+                    hits: bm25.search(query, k),
+                    calls: 0,
+                    encode_ms: 0.0,
+                    rerank_ms: 0.0,
+                })
+            })
         }
-        Method::Rerank => unreachable!("rejected above"),
     };
 
     let file = std::fs::File::create(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut out = std::io::BufWriter::new(file);
     let mut recall = Recall::default();
+    let mut totals = (0.0, 0.0);
     for query in &queries {
-        let (hits, calls, encode) = rank(&query.text)?;
+        let ranking = rank(&query.text)?;
         if let Some(gold) = &query.gold_table {
-            recall.add(&corpus, gold, &hits);
+            recall.add(&corpus, gold, &ranking.hits);
         }
+        totals.0 += ranking.encode_ms;
+        totals.1 += ranking.rerank_ms;
         let line = RunLine {
             qid: &query.qid,
-            ranking: hits
+            ranking: ranking
+                .hits
                 .iter()
                 .take(args.top_k)
                 .map(|hit| Ranked {
@@ -179,10 +212,10 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                     score: hit.score,
                 })
                 .collect(),
-            calls,
+            calls: ranking.calls,
             ms: Millis {
-                encode,
-                rerank: 0.0,
+                encode: ranking.encode_ms,
+                rerank: ranking.rerank_ms,
             },
         };
         serde_json::to_writer(&mut out, &line)?;
@@ -191,6 +224,15 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     out.flush()
         .with_context(|| format!("writing {}", args.out.display()))?;
     recall.report();
+    if !queries.is_empty() && args.method != Method::Bm25 {
+        let n = queries.len() as f64;
+        eprintln!(
+            "ms per query: encode {:.1}, rerank {:.1} ({} queries)",
+            totals.0 / n,
+            totals.1 / n,
+            queries.len()
+        );
+    }
     Ok(())
 }
 
@@ -214,53 +256,6 @@ fn read_queries(path: &Path) -> anyhow::Result<Vec<Query>> {
         });
     }
     Ok(queries)
-}
-
-fn default_model_dir() -> PathBuf {
-    std::env::var_os("TABLESEEK_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("models"))
-        .join("all-MiniLM-L6-v2")
-}
-
-fn load_encoder(args: &RetrieveArgs) -> anyhow::Result<BertEncoder> {
-    let dir = args.embed_model.clone().unwrap_or_else(default_model_dir);
-    let device = DeviceMap::parse(&args.device, None)?;
-    let options = EncodeOptions::default()
-        .max_length(args.max_length)
-        .batch_size(args.batch_size)
-        .progress(true);
-    BertEncoder::load(&dir, device.first(), options)
-        .with_context(|| format!("loading the encoder from {}", dir.display()))
-}
-
-fn dense_index(
-    args: &RetrieveArgs,
-    encoder: &BertEncoder,
-    texts: &[&str],
-) -> anyhow::Result<DenseIndex> {
-    let start = Instant::now();
-    let embedded = |index: &DenseIndex, cached: &str| {
-        eprintln!(
-            "embedded {} tables in {:.1?} ({:.1} tables/s){cached}",
-            index.len(),
-            start.elapsed(),
-            index.len() as f64 / start.elapsed().as_secs_f64(),
-        )
-    };
-    if args.no_cache {
-        let index = DenseIndex::build(encoder, texts)?;
-        embedded(&index, "");
-        return Ok(index);
-    }
-    let (index, status) = DenseIndex::load_or_build(encoder, texts, &args.cache_dir)?;
-    match status {
-        CacheStatus::Hit(path) => tracing::info!("embeddings from {}", path.display()),
-        CacheStatus::Built(path) | CacheStatus::Rebuilt(path, _) => {
-            embedded(&index, &format!("; cached in {}", path.display()))
-        }
-    }
-    Ok(index)
 }
 
 /// Hits at ranks 1, 2, 3 over the queries that name a gold table.

@@ -52,5 +52,5 @@ pub mod tokenizer;
 
 pub use chat::{strip_thinking, ChatMessage, ChatTemplate, ChatTemplateError, TemplateOptions};
 pub use constrain::{ConstraintError, Grammar, GrammarCompiler, GrammarMask};
-pub use session::{ChatModel, ChatModelOptions, ChatOptions, ChatOutput};
+pub use session::{load_tokenizer, ChatModel, ChatModelOptions, ChatOptions, ChatOutput};
 pub use tokenizer::{StopMatch, StopStrings, TextStream, Tokenizer, TokenizerError};

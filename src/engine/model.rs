@@ -59,6 +59,43 @@ impl Linear {
         }
         Ok(mm.forward(x)?)
     }
+
+    /// Rows `ids` of the weight matrix `[out, in]` as dense f32 `[ids.len(), in]`: for a head
+    /// that needs a few logits only (a reranker's yes/no), without projecting the whole vocabulary.
+    /// Quantized weights are dequantized row by row from their blocks, never as a whole matrix.
+    fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        match &self.inner {
+            QMatMul::Tensor(w) | QMatMul::TensorF16(w) => {
+                let index = Tensor::new(ids, w.device())?;
+                Ok(w.index_select(&index, 0)?.to_dtype(DType::F32)?)
+            }
+            QMatMul::QTensor(q) => {
+                let (out, inner) = q.shape().dims2()?;
+                let dtype = q.dtype();
+                let row_bytes = inner / dtype.block_size() * dtype.type_size();
+                let data = q.data()?;
+                let mut picked = Vec::with_capacity(ids.len() * row_bytes);
+                for &id in ids {
+                    let id = id as usize;
+                    if id >= out {
+                        return Err(EngineError::TokenOutOfRange {
+                            id: id as u32,
+                            vocab_size: out,
+                        });
+                    }
+                    picked.extend_from_slice(&data[id * row_bytes..(id + 1) * row_bytes]);
+                }
+                let device = q.device();
+                let rows = candle_core::quantized::ggml_file::qtensor_from_ggml(
+                    dtype,
+                    &picked,
+                    vec![ids.len(), inner],
+                    &device,
+                )?;
+                Ok(rows.dequantize(&device)?)
+            }
+        }
+    }
 }
 
 /// One decoder block's weights, all on `device`.
@@ -167,6 +204,27 @@ impl Model {
     /// input of embedding and reranker heads.
     pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         Ok(self.run(tokens, cache, Want::All)?.to_dtype(DType::F32)?)
+    }
+
+    /// Final-norm hidden state of the last of `tokens` (run at positions `cache.len()..`), f32
+    /// `[1, hidden]`; the cache advances as in [`Model::forward`].
+    pub fn forward_last_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        Ok(self.run(tokens, cache, Want::Last)?.to_dtype(DType::F32)?)
+    }
+
+    /// Rows `ids` of the output head, f32 `[ids.len(), hidden]` on the last device:
+    /// `hidden · rows^T` gives those logits only (e.g. a reranker's "no"/"yes").
+    pub fn head_rows(&self, ids: &[u32]) -> Result<Tensor> {
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
+            return Err(EngineError::TokenOutOfRange {
+                id,
+                vocab_size: self.cfg.vocab_size,
+            });
+        }
+        self.lm_head
+            .rows(ids)?
+            .to_device(self.norm.device())
+            .map_err(Into::into)
     }
 
     /// Last-token embedding, L2-normalized (Qwen3-Embedding style), of `tokens` run alone.

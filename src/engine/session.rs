@@ -312,6 +312,16 @@ impl ChatModel {
     }
 }
 
+/// The tokenizer that comes with a GGUF file or checkpoint directory, or `tokenizer` instead;
+/// for callers that run a model without its chat template (embedding and reranker heads).
+pub fn load_tokenizer(path: &Path, tokenizer: Option<&Path>) -> Result<Tokenizer> {
+    Ok(match tokenizer {
+        Some(file) => Tokenizer::from_file(file)?,
+        None if path.is_dir() => Tokenizer::from_file(path.join("tokenizer.json"))?,
+        None => Tokenizer::from_gguf(&read_gguf(path)?)?,
+    })
+}
+
 fn load_gguf_text(path: &Path, opts: &ChatModelOptions) -> Result<(Tokenizer, ChatTemplate)> {
     let content = read_gguf(path)?;
     let tokenizer = match &opts.tokenizer {

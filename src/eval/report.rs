@@ -83,6 +83,8 @@ impl Summary {
                 avg_cached_tokens: mean(&|r| r.cost.cached_tokens as f64),
                 avg_ms: StageMs {
                     retrieval: mean(&|r| r.cost.ms.retrieval),
+                    encode: mean(&|r| r.cost.ms.encode),
+                    rerank: mean(&|r| r.cost.ms.rerank),
                     pattern_gen: mean(&|r| r.cost.ms.pattern_gen),
                     refine: mean(&|r| r.cost.ms.refine),
                     qa: mean(&|r| r.cost.ms.qa),

@@ -1,13 +1,14 @@
 //! The evaluated methods and the per-query record each of them produces.
 //!
-//! Every method is one function from a query to a [`QueryRecord`], so adding one (dense, rerank)
-//! means a [`Method`] variant and a function; the run loop, the stored format and the reports do
+//! Every method is one function from a query to a [`QueryRecord`], so adding one means a
+//! [`Method`] variant and a function; the run loop, the stored format and the reports do
 //! not change. The record carries the gold data and the scored [`QueryMetrics`], so a run
 //! directory's `queries.jsonl` alone is enough to rebuild every summary.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +19,9 @@ use crate::agent::{
     self, baseline_qa, Agent, AgentConfig, AgentError, Llm, SearchSpace, StepKind, TaskType,
     Trajectory,
 };
-use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index};
+use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index, Hit};
+use crate::retrieve::dense::{DenseError, DenseIndex, TextEncoder};
+use crate::retrieve::rerank::{reorder, Reranker};
 
 /// Why a query could not be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +32,14 @@ pub enum EvalError {
     Metrics(#[from] MetricsError),
     #[error(transparent)]
     Bm25(#[from] Bm25Error),
-    #[error("unknown method {0:?} (expected one of: tableseek, bm25, oracle, no-table)")]
+    #[error(transparent)]
+    Dense(#[from] DenseError),
+    #[error(
+        "unknown method {0:?} (expected one of: tableseek, bm25, dense, rerank, oracle, no-table)"
+    )]
     UnknownMethod(String),
+    #[error("method {0} needs {1}, which the evaluator was not given")]
+    NotConfigured(Method, &'static str),
     #[error("query {qid}: gold table {table:?} is not in the corpus")]
     GoldNotInCorpus { qid: String, table: String },
 }
@@ -43,6 +52,10 @@ pub enum Method {
     Tableseek,
     /// BM25 over the table texts, baseline QA on the top-1 table.
     Bm25,
+    /// Dense retrieval (cosine of embeddings), baseline QA on the top-1 table.
+    Dense,
+    /// The dense top-k reordered by an LLM reranker, baseline QA on the new top-1.
+    Rerank,
     /// Baseline QA on the gold table: the ceiling for the QA model.
     Oracle,
     /// Baseline QA with no table: what the model knows (or guesses) on its own.
@@ -50,9 +63,11 @@ pub enum Method {
 }
 
 impl Method {
-    pub const ALL: [Method; 4] = [
+    pub const ALL: [Method; 6] = [
         Method::Tableseek,
         Method::Bm25,
+        Method::Dense,
+        Method::Rerank,
         Method::Oracle,
         Method::NoTable,
     ];
@@ -61,6 +76,8 @@ impl Method {
         match self {
             Method::Tableseek => "tableseek",
             Method::Bm25 => "bm25",
+            Method::Dense => "dense",
+            Method::Rerank => "rerank",
             Method::Oracle => "oracle",
             Method::NoTable => "no-table",
         }
@@ -85,14 +102,25 @@ impl FromStr for Method {
     }
 }
 
-/// Wall time by stage, in milliseconds. `retrieval` is everything outside LLM calls (grep, BM25).
+/// Wall time by stage, in milliseconds. `retrieval` is everything outside the agent's and QA's
+/// LLM calls (grep, BM25, and for dense/rerank the whole ranking, `encode` and `rerank` included).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageMs {
     pub retrieval: f64,
+    /// Query embedding (dense, rerank).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub encode: f64,
+    /// Reranker passes (rerank).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank: f64,
     pub pattern_gen: f64,
     pub refine: f64,
     pub qa: f64,
     pub total: f64,
+}
+
+fn is_zero<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// What one query cost.
@@ -101,6 +129,12 @@ pub struct Cost {
     /// Agent steps (LLM calls counted against the budget).
     pub steps: usize,
     pub llm_calls: usize,
+    /// Encoder forward passes (dense, rerank): one per query, the corpus is embedded once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub encode_calls: usize,
+    /// Reranker forward passes (rerank): one per reranked table.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank_calls: usize,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub ms: StageMs,
@@ -168,6 +202,8 @@ pub struct EvalOptions {
     pub ranking_depth: usize,
     /// False: every time is recorded as 0, so two runs of the same inputs are byte-identical.
     pub timings: bool,
+    /// How many dense candidates the rerank method reorders.
+    pub rerank_depth: usize,
 }
 
 impl Default for EvalOptions {
@@ -177,8 +213,18 @@ impl Default for EvalOptions {
             qa_max_new_tokens: 512,
             ranking_depth: 10,
             timings: true,
+            rerank_depth: 5,
         }
     }
+}
+
+/// The dense and rerank methods' retrievers, built by the caller (which owns the model files
+/// and the embedding cache).
+struct DenseSetup<'e> {
+    encoder: &'e dyn TextEncoder,
+    /// One row per table, in table order.
+    index: &'e DenseIndex,
+    reranker: Option<Mutex<&'e mut Reranker>>,
 }
 
 /// Runs one method over a search space, query by query.
@@ -187,6 +233,7 @@ pub struct Evaluator<'a, S: SearchSpace + ?Sized> {
     space: &'a S,
     index_of: BTreeMap<String, usize>,
     bm25: Option<Bm25Index>,
+    dense: Option<DenseSetup<'a>>,
     tableqa_agent: Agent,
     fact_agent: Agent,
     options: EvalOptions,
@@ -222,10 +269,30 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             space,
             index_of,
             bm25,
+            dense: None,
             tableqa_agent: agent_for(TaskType::Tableqa)?,
             fact_agent: agent_for(TaskType::FactVerification)?,
             options,
         })
+    }
+
+    /// The encoder and document embeddings (rows in table order) of the dense and rerank
+    /// methods.
+    pub fn with_dense(mut self, encoder: &'a dyn TextEncoder, index: &'a DenseIndex) -> Self {
+        self.dense = Some(DenseSetup {
+            encoder,
+            index,
+            reranker: None,
+        });
+        self
+    }
+
+    /// The rerank method's reranker (after [`Evaluator::with_dense`]).
+    pub fn with_reranker(mut self, reranker: &'a mut Reranker) -> Self {
+        if let Some(dense) = &mut self.dense {
+            dense.reranker = Some(Mutex::new(reranker));
+        }
+        self
     }
 
     pub fn method(&self) -> Method {
@@ -243,6 +310,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             match self.method {
                 Method::Tableseek => self.tableseek(llm, query),
                 Method::Bm25 => self.bm25(llm, query),
+                Method::Dense | Method::Rerank => self.dense(llm, query),
                 Method::Oracle => {
                     let gold = query.gold_table();
                     let table = self.index_of.get(gold).copied().ok_or_else(|| {
@@ -299,7 +367,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             llm_calls: trajectory.calls.len(),
             prompt_tokens: trajectory.totals.prompt_tokens,
             cached_tokens: trajectory.totals.cached_tokens,
-            ms: StageMs::default(),
+            ..Cost::default()
         };
         for call in &trajectory.calls {
             let stage = match call.kind {
@@ -403,6 +471,76 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         Ok(record)
     }
 
+    /// Dense top-k (reordered by the reranker for [`Method::Rerank`]), then QA on the top-1.
+    fn dense<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+    ) -> Result<QueryRecord, EvalError> {
+        let setup = self.dense.as_ref().ok_or(EvalError::NotConfigured(
+            self.method,
+            "an encoder and index",
+        ))?;
+        let reranker = match (self.method, &setup.reranker) {
+            (Method::Rerank, None) => {
+                return Err(EvalError::NotConfigured(self.method, "a reranker"))
+            }
+            (Method::Rerank, Some(reranker)) => Some(reranker),
+            _ => None,
+        };
+        let started = Instant::now();
+        let embedding = setup.encoder.embed_query(&query.query)?;
+        let encode_ms = started.elapsed().as_secs_f64() * 1e3;
+        let depth = self.options.rerank_depth.max(1);
+        let mut hits = setup
+            .index
+            .search(&embedding, self.options.ranking_depth.max(depth).max(1))?;
+        let (mut rerank_calls, mut rerank_ms) = (0, 0.0);
+        if let Some(reranker) = reranker {
+            let rerank_started = Instant::now();
+            let head = depth.min(hits.len());
+            let docs: Vec<usize> = hits[..head].iter().map(|h| h.doc).collect();
+            let texts: Vec<String> = docs.iter().map(|&d| self.space.full_text(d)).collect();
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let mut reranker = match reranker.lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            match reranker.score(&query.query, &texts) {
+                Ok(scored) => {
+                    for (slot, (doc, score)) in
+                        reorder(&docs, &scored.scores).into_iter().enumerate()
+                    {
+                        hits[slot] = Hit { doc, score };
+                    }
+                    rerank_calls = scored.calls;
+                }
+                // The dense order still answers the query; the run goes on.
+                Err(error) => {
+                    tracing::warn!(qid = %query.qid, %error, "rerank failed; dense order kept")
+                }
+            }
+            rerank_ms = rerank_started.elapsed().as_secs_f64() * 1e3;
+        }
+        let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut record = self.baseline(
+            llm,
+            query,
+            hits.first().map(|hit| hit.doc).into_iter().collect(),
+            retrieval_ms,
+        )?;
+        record.ranking = hits
+            .iter()
+            .take(self.options.ranking_depth.max(1))
+            .map(|hit| self.space.table_id(hit.doc).to_string())
+            .collect();
+        record.cost.encode_calls = 1;
+        record.cost.rerank_calls = rerank_calls;
+        record.cost.ms.encode = encode_ms;
+        record.cost.ms.rerank = rerank_ms;
+        Ok(record)
+    }
+
     /// One baseline QA call on `tables` (may be empty).
     fn baseline<L: Llm + ?Sized>(
         &self,
@@ -447,6 +585,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                     qa: response.ms,
                     ..StageMs::default()
                 },
+                ..Cost::default()
             },
         })
     }

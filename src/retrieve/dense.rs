@@ -1,9 +1,10 @@
-//! Dense retrieval: every document embedded once by a [`BertEncoder`], queries ranked by cosine.
+//! Dense retrieval: every document embedded once by a [`TextEncoder`] (MiniLM's [`BertEncoder`],
+//! or a decoder LLM in the Qwen3-Embedding recipe, [`LlmEncoder`]), queries ranked by cosine.
 //!
 //! Embedding a corpus is the slow part (a minute or two for TabFact's 1,695 tables on two cores), so
 //! [`DenseIndex::load_or_build`] keeps the embeddings on disk, in `<cache dir>/<key>.bin`, where the
-//! key hashes everything the vectors depend on: the cache format, the encoder's fingerprint (config
-//! and weights), its maximum length, and the documents' texts in order. A file that is unreadable,
+//! key hashes everything the vectors depend on: the cache format, the encoder's identity (weights,
+//! maximum length, and for LLM encoders pooling token and width), and the documents' texts in order. A file that is unreadable,
 //! truncated, or fails its checksum is rebuilt with a warning; nothing else is ever overwritten.
 //!
 //! File layout (little-endian): magic `TSEMBED\0`, format `u32`, key (32 bytes), `n: u64`,
@@ -19,6 +20,65 @@ use sha2::{Digest, Sha256};
 
 use super::bert::{BertEncoder, BertError, Embeddings};
 use super::bm25::Hit;
+use super::llm_embed::{LlmEmbedError, LlmEncoder};
+
+/// What [`DenseIndex`] needs from an encoder.
+pub trait TextEncoder {
+    /// Unit-length embeddings of documents, in input order.
+    fn embed_documents(&self, texts: &[&str]) -> Result<Embeddings>;
+    /// The unit-length embedding of a query (with the encoder's query instruction, if any).
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>>;
+    fn dim(&self) -> usize;
+    /// Bytes that change whenever document embeddings would: hashed into the cache key.
+    fn identity(&self) -> Vec<u8>;
+}
+
+impl TextEncoder for BertEncoder {
+    fn embed_documents(&self, texts: &[&str]) -> Result<Embeddings> {
+        Ok(self.embed(texts)?)
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        Ok(self.embed_one(text)?)
+    }
+
+    fn dim(&self) -> usize {
+        BertEncoder::dim(self)
+    }
+
+    fn identity(&self) -> Vec<u8> {
+        // The bytes format-1 caches were keyed on, so existing MiniLM caches stay valid.
+        let mut bytes = self.fingerprint().as_bytes().to_vec();
+        bytes.extend_from_slice(&(self.options().max_length as u64).to_le_bytes());
+        bytes
+    }
+}
+
+impl TextEncoder for LlmEncoder {
+    fn embed_documents(&self, texts: &[&str]) -> Result<Embeddings> {
+        Ok(LlmEncoder::embed_documents(self, texts)?)
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        Ok(LlmEncoder::embed_query(self, text)?)
+    }
+
+    fn dim(&self) -> usize {
+        LlmEncoder::dim(self)
+    }
+
+    fn identity(&self) -> Vec<u8> {
+        // Queries' instruction is left out: documents are embedded without it.
+        format!(
+            "llm-last-token:{}:{}:{}:{}",
+            self.fingerprint(),
+            self.options().max_length,
+            self.end_id(),
+            self.dim()
+        )
+        .into_bytes()
+    }
+}
 
 const MAGIC: &[u8; 8] = b"TSEMBED\0";
 /// Bump when the layout or anything that changes the vectors (pooling, truncation) changes.
@@ -30,6 +90,8 @@ const HEADER_LEN: usize = 8 + 4 + 32 + 8 * 3;
 pub enum DenseError {
     #[error(transparent)]
     Encoder(#[from] BertError),
+    #[error(transparent)]
+    LlmEncoder(#[from] LlmEmbedError),
     #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,
@@ -63,19 +125,23 @@ pub struct DenseIndex {
 
 impl DenseIndex {
     /// Embeds `documents` (no cache).
-    pub fn build<S: AsRef<str>>(encoder: &BertEncoder, documents: &[S]) -> Result<Self> {
+    pub fn build<E: TextEncoder + ?Sized, S: AsRef<str>>(
+        encoder: &E,
+        documents: &[S],
+    ) -> Result<Self> {
         if documents.is_empty() {
             return Err(DenseError::EmptyCorpus);
         }
+        let texts: Vec<&str> = documents.iter().map(|d| d.as_ref()).collect();
         Ok(Self {
-            embeddings: encoder.embed(documents)?,
+            embeddings: encoder.embed_documents(&texts)?,
         })
     }
 
     /// Reads the embeddings of `documents` from `cache_dir` when a valid file for exactly this
     /// encoder, maximum length and document list is there; else embeds them and writes the file.
-    pub fn load_or_build<S: AsRef<str>>(
-        encoder: &BertEncoder,
+    pub fn load_or_build<E: TextEncoder + ?Sized, S: AsRef<str>>(
+        encoder: &E,
         documents: &[S],
         cache_dir: &Path,
     ) -> Result<(Self, CacheStatus)> {
@@ -170,8 +236,13 @@ impl DenseIndex {
     }
 
     /// Embeds `query` with `encoder` and searches.
-    pub fn search_text(&self, encoder: &BertEncoder, query: &str, k: usize) -> Result<Vec<Hit>> {
-        self.search(&encoder.embed_one(query)?, k)
+    pub fn search_text<E: TextEncoder + ?Sized>(
+        &self,
+        encoder: &E,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<Hit>> {
+        self.search(&encoder.embed_query(query)?, k)
     }
 }
 
@@ -180,12 +251,11 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
 }
 
-fn cache_key<S: AsRef<str>>(encoder: &BertEncoder, documents: &[S]) -> [u8; 32] {
+fn cache_key<E: TextEncoder + ?Sized, S: AsRef<str>>(encoder: &E, documents: &[S]) -> [u8; 32] {
     let mut hasher = Sha256::new();
     hasher.update(MAGIC);
     hasher.update(FORMAT.to_le_bytes());
-    hasher.update(encoder.fingerprint().as_bytes());
-    hasher.update((encoder.options().max_length as u64).to_le_bytes());
+    hasher.update(encoder.identity());
     hasher.update((documents.len() as u64).to_le_bytes());
     for document in documents {
         // Length prefixes keep ["ab", "c"] and ["a", "bc"] apart.

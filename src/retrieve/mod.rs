@@ -1,5 +1,8 @@
-//! Baseline retrievers (dense, rerank, BM25) on the same engine and device as the agent.
+//! Baseline retrievers on the same engine and device as the agent: BM25, dense (MiniLM or a decoder
+//! LLM with last-token pooling), and an LLM reranker (Qwen3-Reranker format) over a dense ranking.
 
 pub mod bert;
 pub mod bm25;
 pub mod dense;
+pub mod llm_embed;
+pub mod rerank;

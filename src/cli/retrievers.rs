@@ -1,0 +1,176 @@
+//! Encoder and reranker flags shared by `retrieve` and `eval`, and loading what they name.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use tableseek::engine::DeviceMap;
+use tableseek::retrieve::bert::{BertEncoder, EncodeOptions};
+use tableseek::retrieve::dense::{CacheStatus, DenseIndex, TextEncoder};
+use tableseek::retrieve::llm_embed::{LlmEmbedOptions, LlmEncoder, DEFAULT_TASK};
+use tableseek::retrieve::rerank::{
+    RerankOptions, Reranker, DEFAULT_INSTRUCTION, DEFAULT_MAX_LENGTH,
+};
+
+use super::model_args::prefill_load_options;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct EncoderArgs {
+    /// A sentence-transformers BERT folder (config.json, model.safetensors, tokenizer.json), or a
+    /// decoder LLM (GGUF file or checkpoint folder) used the Qwen3-Embedding way (last token).
+    /// Default: $TABLESEEK_MODELS/all-MiniLM-L6-v2, else models/all-MiniLM-L6-v2.
+    #[arg(long)]
+    pub embed_model: Option<PathBuf>,
+    /// Tokens per text for the encoder (special tokens included); longer tables are truncated.
+    /// Default: 256 for BERT (sentence-transformers' setting), the model's window for LLMs.
+    #[arg(long)]
+    pub max_length: Option<usize>,
+    /// Texts per encoder forward pass. Default: 32 for BERT, 8 for LLMs.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Query instruction of an LLM encoder (`Instruct: {task}\nQuery:{query}`).
+    #[arg(long, default_value = DEFAULT_TASK)]
+    pub embed_task: String,
+    /// Matryoshka width of an LLM encoder: keep the first N components.
+    #[arg(long)]
+    pub embed_dim: Option<usize>,
+    /// Where corpus embeddings are kept between runs.
+    #[arg(long, default_value = "runs/cache/embeddings")]
+    pub cache_dir: PathBuf,
+    /// Embed the corpus afresh and write no cache.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RerankArgs {
+    /// The reranking LLM (GGUF file or checkpoint folder).
+    /// Default: $TABLESEEK_MODELS/smollm2-135m-instruct-q4_1.gguf, else models/….
+    #[arg(long)]
+    pub rerank_model: Option<PathBuf>,
+    /// How many dense candidates the reranker reorders.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rerank_depth: u64,
+    /// The `<Instruct>` of the reranker prompt.
+    #[arg(long, default_value = DEFAULT_INSTRUCTION)]
+    pub rerank_instruction: String,
+    /// Tokens per reranker prompt (capped by the model's window); documents are cut to fit.
+    #[arg(long, default_value_t = DEFAULT_MAX_LENGTH)]
+    pub rerank_max_length: usize,
+}
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("TABLESEEK_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("models"))
+}
+
+impl EncoderArgs {
+    pub fn model_path(&self) -> PathBuf {
+        self.embed_model
+            .clone()
+            .unwrap_or_else(|| models_dir().join("all-MiniLM-L6-v2"))
+    }
+
+    /// The encoder the flags name, on the first device of `devices`.
+    pub fn load(
+        &self,
+        devices: &DeviceMap,
+        progress: bool,
+    ) -> anyhow::Result<Box<dyn TextEncoder>> {
+        let path = self.model_path();
+        let context = || format!("loading the encoder from {}", path.display());
+        if is_bert(&path) {
+            let mut options = EncodeOptions::default().progress(progress);
+            if let Some(max_length) = self.max_length {
+                options = options.max_length(max_length);
+            }
+            if let Some(batch_size) = self.batch_size {
+                options = options.batch_size(batch_size);
+            }
+            let encoder =
+                BertEncoder::load(&path, devices.first(), options).with_context(context)?;
+            return Ok(Box::new(encoder));
+        }
+        let defaults = LlmEmbedOptions::default();
+        let options = LlmEmbedOptions {
+            task: self.embed_task.clone(),
+            dim: self.embed_dim,
+            max_length: self.max_length.unwrap_or(defaults.max_length),
+            batch_size: self.batch_size.unwrap_or(defaults.batch_size),
+        };
+        let load = prefill_load_options(&path, devices);
+        let encoder = LlmEncoder::load(&path, devices, &load, options).with_context(context)?;
+        Ok(Box::new(encoder))
+    }
+
+    /// Embeddings of `texts`, from the cache when it holds them.
+    pub fn index(&self, encoder: &dyn TextEncoder, texts: &[&str]) -> anyhow::Result<DenseIndex> {
+        let start = Instant::now();
+        let embedded = |index: &DenseIndex, cached: &str| {
+            eprintln!(
+                "embedded {} tables in {:.1?} ({:.1} tables/s){cached}",
+                index.len(),
+                start.elapsed(),
+                index.len() as f64 / start.elapsed().as_secs_f64(),
+            )
+        };
+        let index = if self.no_cache {
+            let index = DenseIndex::build(encoder, texts)?;
+            embedded(&index, "");
+            index
+        } else {
+            let (index, status) = DenseIndex::load_or_build(encoder, texts, &self.cache_dir)?;
+            match status {
+                CacheStatus::Hit(path) => tracing::info!("embeddings from {}", path.display()),
+                CacheStatus::Built(path) | CacheStatus::Rebuilt(path, _) => {
+                    embedded(&index, &format!("; cached in {}", path.display()))
+                }
+            }
+            index
+        };
+        if index.truncated() > 0 {
+            tracing::warn!(
+                "{} of {} tables are longer than the encoder's maximum length; only their start is embedded",
+                index.truncated(),
+                index.len(),
+            );
+        }
+        Ok(index)
+    }
+}
+
+/// A folder whose config.json says BERT; anything else is loaded as a decoder LLM.
+fn is_bert(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path.join("config.json")) else {
+        return false;
+    };
+    let Ok(config) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return false;
+    };
+    config.get("model_type").and_then(|t| t.as_str()) == Some("bert")
+}
+
+impl RerankArgs {
+    pub fn model_path(&self) -> PathBuf {
+        self.rerank_model
+            .clone()
+            .unwrap_or_else(|| models_dir().join("smollm2-135m-instruct-q4_1.gguf"))
+    }
+
+    pub fn depth(&self) -> usize {
+        usize::try_from(self.rerank_depth).unwrap_or(usize::MAX)
+    }
+
+    pub fn load(&self, devices: &DeviceMap) -> anyhow::Result<Reranker> {
+        let path = self.model_path();
+        let options = RerankOptions {
+            instruction: self.rerank_instruction.clone(),
+            max_length: self.rerank_max_length,
+            yes_no_ids: None,
+        };
+        let load = prefill_load_options(&path, devices);
+        Reranker::load(&path, devices, &load, options)
+            .with_context(|| format!("loading the reranker from {}", path.display()))
+    }
+}
