@@ -62,10 +62,7 @@ const QUESTIONS: &[(&str, &str)] = &[
         "How many employees live in Paris?",
         "SELECT count(*) FROM employee WHERE City = 'Paris'",
     ),
-    (
-        "What is the average age?",
-        "SELECT avg(Age) FROM Employee",
-    ),
+    ("What is the average age?", "SELECT avg(Age) FROM Employee"),
     (
         "List names and ages from the oldest.",
         "SELECT Name, Age FROM employee ORDER BY Age DESC",
@@ -148,7 +145,12 @@ fn rebuild(db: &Path, record: &Json, table: &str, renamed: bool) -> Connection {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c[if renamed { "name" } else { "source" }].as_str().unwrap().to_string())
+        .map(|c| {
+            c[if renamed { "name" } else { "source" }]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     let all = rows_of(
         &source,
@@ -174,8 +176,11 @@ fn rebuild(db: &Path, record: &Json, table: &str, renamed: bool) -> Connection {
         .zip(&sources)
         .map(|(n, s)| format!("\"{n}\" {}", types[s.as_str()]))
         .collect();
-    conn.execute(&format!("CREATE TABLE \"{table}\" ({})", defs.join(", ")), [])
-        .unwrap();
+    conn.execute(
+        &format!("CREATE TABLE \"{table}\" ({})", defs.join(", ")),
+        [],
+    )
+    .unwrap();
     let marks = vec!["?"; names.len()].join(", ");
     for &r in record["source_rows"].as_array().unwrap() {
         let row = &all[r.as_u64().unwrap() as usize];
@@ -249,13 +254,16 @@ fn gold_answers_siblings_and_renamed_sql_hold_on_a_small_database() {
                 .iter()
                 .map(|c| c["source"].as_str().unwrap())
                 .collect();
-            assert_ne!(header, sources, "{}: a variant keeps the original schema", record["id"]);
+            assert_ne!(
+                header, sources,
+                "{}: a variant keeps the original schema",
+                record["id"]
+            );
             assert!(sources.iter().all(|s| originals.contains(s)));
         }
 
         // The corpus loads with the ids the queries name, and shows the renamed headers.
-        let (corpus, report) =
-            Corpus::load(&out.join("corpus"), &LoadOptions::default()).unwrap();
+        let (corpus, report) = Corpus::load(&out.join("corpus"), &LoadOptions::default()).unwrap();
         assert!(report.skipped.is_empty(), "{:?}", report.skipped);
         assert_eq!(corpus.len(), m.tables);
         for (id, record) in &records {
@@ -267,7 +275,10 @@ fn gold_answers_siblings_and_renamed_sql_hold_on_a_small_database() {
                 .map(|c| c["name"].as_str().unwrap())
                 .collect();
             assert_eq!(table.header, header, "{id}");
-            assert_eq!(table.rows.len(), record["source_rows"].as_array().unwrap().len());
+            assert_eq!(
+                table.rows.len(),
+                record["source_rows"].as_array().unwrap().len()
+            );
         }
         let loaded = load_queries(&out.join("queries.jsonl")).unwrap();
         assert_eq!(loaded.len(), m.questions_kept);
@@ -300,7 +311,11 @@ fn gold_answers_siblings_and_renamed_sql_hold_on_a_small_database() {
                     other => panic!("{other:?}"),
                 })
                 .collect();
-            assert_eq!(query["answers"][0].as_str().unwrap(), cells.join(", "), "{qid}");
+            assert_eq!(
+                query["answers"][0].as_str().unwrap(),
+                cells.join(", "),
+                "{qid}"
+            );
             let index = query["answer_index"].as_array().unwrap();
             assert!(!index.is_empty());
             // Every sibling fails: no answer, or a different one.
@@ -329,9 +344,15 @@ fn gold_answers_siblings_and_renamed_sql_hold_on_a_small_database() {
             kept_total += 1;
         }
     }
-    assert!(kept_total >= 12, "only {kept_total} questions kept over 6 seeds");
+    assert!(
+        kept_total >= 12,
+        "only {kept_total} questions kept over 6 seeds"
+    );
     for kind in ["EM", "SF", "SA"] {
-        assert!(types.contains_key(kind), "no {kind} question kept: {types:?}");
+        assert!(
+            types.contains_key(kind),
+            "no {kind} question kept: {types:?}"
+        );
     }
 }
 
@@ -341,7 +362,12 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .map(Result::unwrap)
         .filter(|e| e.file_type().is_file())
         .map(|e| {
-            let rel = e.path().strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            let rel = e
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             (rel, std::fs::read(e.path()).unwrap())
         })
         .collect()
@@ -352,9 +378,18 @@ fn the_same_seed_gives_byte_identical_output() {
     let dir = tempfile::tempdir().unwrap();
     let db_dir = make_db(dir.path());
     let questions = make_questions(dir.path());
-    let a = write(&build_tcr(&db_dir, &questions, &options(7)).unwrap(), &dir.path().join("a"));
-    let b = write(&build_tcr(&db_dir, &questions, &options(7)).unwrap(), &dir.path().join("b"));
-    let c = write(&build_tcr(&db_dir, &questions, &options(8)).unwrap(), &dir.path().join("c"));
+    let a = write(
+        &build_tcr(&db_dir, &questions, &options(7)).unwrap(),
+        &dir.path().join("a"),
+    );
+    let b = write(
+        &build_tcr(&db_dir, &questions, &options(7)).unwrap(),
+        &dir.path().join("b"),
+    );
+    let c = write(
+        &build_tcr(&db_dir, &questions, &options(8)).unwrap(),
+        &dir.path().join("c"),
+    );
     let (a, b, c) = (files(&a), files(&b), files(&c));
     assert!(a.len() > 5);
     assert_eq!(a, b);
@@ -385,10 +420,11 @@ fn cli_builds_and_refuses_to_overwrite() {
     assert!(stderr.contains("kept "), "{stderr}");
     assert!(stderr.contains("1 groups"), "{stderr}");
     let manifest: Json =
-        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["format"], "markdown");
-    assert!(files(&out.join("corpus")).keys().all(|k| k.ends_with(".md")));
+    assert!(files(&out.join("corpus"))
+        .keys()
+        .all(|k| k.ends_with(".md")));
     let second = run();
     assert!(!second.status.success());
     assert!(String::from_utf8_lossy(&second.stderr).contains("not empty"));

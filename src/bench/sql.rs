@@ -172,13 +172,14 @@ pub fn run_query(conn: &Connection, sql: &str) -> Option<Answer> {
     let run = || -> rusqlite::Result<Vec<Vec<Value>>> {
         let mut statement = conn.prepare(sql)?;
         let width = statement.column_count();
-        statement
+        let rows = statement
             .query_map([], |row| {
                 (0..width)
                     .map(|i| row.get::<_, Value>(i))
                     .collect::<Result<Vec<_>, _>>()
             })?
-            .collect()
+            .collect();
+        rows
     };
     let rows = run().ok()?;
     if rows
@@ -304,7 +305,9 @@ pub fn rename_sql(sql: &str, table: (&str, &str), columns: &[(String, String)]) 
 pub fn selects_aggregate(sql: &str) -> bool {
     let upper = sql.to_ascii_uppercase();
     let select = upper.find("SELECT").map_or(0, |i| i + 6);
-    let end = upper[select..].find(" FROM").map_or(upper.len(), |i| select + i);
+    let end = upper[select..]
+        .find(" FROM")
+        .map_or(upper.len(), |i| select + i);
     let list: String = upper[select..end]
         .chars()
         .filter(|c| !c.is_whitespace())

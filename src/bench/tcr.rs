@@ -274,7 +274,7 @@ fn format_name(serialization: Serialization) -> &'static str {
 /// `(db_id, path)` of every database file under `dir` (two levels deep, Spider's
 /// `database/<db>/<db>.sqlite` included), sorted by db id; the first path wins a duplicate id.
 fn find_databases(dir: &Path) -> Result<Vec<(String, PathBuf)>, BenchError> {
-    let mut found = BTreeMap::new();
+    let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut paths: Vec<PathBuf> = walkdir::WalkDir::new(dir)
         .max_depth(2)
         .into_iter()
@@ -339,7 +339,9 @@ fn row_subsets(n: usize, count: usize, max_rows: usize, rng: &mut ChaCha8Rng) ->
         if n <= max_rows {
             return vec![(0..n).collect()];
         }
-        return vec![sorted(rand::seq::index::sample(rng, n, max_rows).into_vec())];
+        return vec![sorted(
+            rand::seq::index::sample(rng, n, max_rows).into_vec(),
+        )];
     }
     if n >= count * max_rows {
         let mut order: Vec<usize> = (0..n).collect();
@@ -368,7 +370,9 @@ fn column_subset(width: usize, in_group: bool, rng: &mut ChaCha8Rng) -> Vec<usiz
     let drop = rng.random_range(1..=(width / 4).max(1));
     let mut dropped = rand::seq::index::sample(rng, width, drop).into_vec();
     dropped.sort_unstable();
-    (0..width).filter(|c| dropped.binary_search(c).is_err()).collect()
+    (0..width)
+        .filter(|c| dropped.binary_search(c).is_err())
+        .collect()
 }
 
 /// Renamed table and column names for one variant: never the original header, never the header of
@@ -383,10 +387,7 @@ fn rename_schema(
 ) -> (NamingStyle, String, Vec<String>) {
     for _ in 0..32 {
         let style = NamingStyle::random(rng);
-        let names: Vec<String> = columns
-            .iter()
-            .map(|c| style.rename(dict, c, rng))
-            .collect();
+        let names: Vec<String> = columns.iter().map(|c| style.rename(dict, c, rng)).collect();
         let distinct: BTreeSet<String> = names.iter().map(|n| n.to_lowercase()).collect();
         let fresh = names.iter().zip(columns).any(|(n, c)| n.as_str() != *c);
         if distinct.len() == names.len()
@@ -525,7 +526,11 @@ fn render(dict: &Dictionaries, group: &Group, variant: &Variant) -> TcrTable {
         id: variant.id.clone(),
         db_id: group.db_id.clone(),
         source_table: group.source.name.clone(),
-        variant: group.variants.iter().position(|v| v.id == variant.id).unwrap_or(0),
+        variant: group
+            .variants
+            .iter()
+            .position(|v| v.id == variant.id)
+            .unwrap_or(0),
         group_size: group.variants.len(),
         format: variant.format,
         table_name: variant.table_name.clone(),
@@ -634,12 +639,13 @@ fn judge(
                 decl_type: c.decl_type,
             })
             .collect();
-        let renamed = sql::load_table(&variant.table_name, &renamed_columns, &rows).map_err(
-            |e| BenchError::Variant {
-                id: variant.id.clone(),
-                source: e,
-            },
-        )?;
+        let renamed =
+            sql::load_table(&variant.table_name, &renamed_columns, &rows).map_err(|e| {
+                BenchError::Variant {
+                    id: variant.id.clone(),
+                    source: e,
+                }
+            })?;
         if !sql::run_query(&renamed, &gold_sql).is_some_and(|a| a.same_as(answer)) {
             tracing::warn!(qid = %question.qid, %gold_sql, "renamed SQL disagrees");
             return Ok(Err("renamed SQL disagrees"));
@@ -700,7 +706,12 @@ fn read_questions(
         match serde_json::from_str::<Question>(line) {
             Ok(q) if seen.insert(q.qid.clone()) => questions.push(q),
             Ok(q) => {
-                tracing::warn!("{}:{}: duplicate qid {}", path.display(), line_no + 1, q.qid);
+                tracing::warn!(
+                    "{}:{}: duplicate qid {}",
+                    path.display(),
+                    line_no + 1,
+                    q.qid
+                );
                 *dropped.entry("duplicate qid".into()).or_default() += 1;
             }
             Err(e) => {

@@ -112,10 +112,12 @@ impl NamingStyle {
         // Abbreviated words keep their own case (`ID`), others are lowercase until joined.
         let words: Vec<(String, bool)> = words
             .into_iter()
-            .map(|w| match dict.abbreviations.get(&w).filter(|_| self.abbreviate) {
-                Some(short) => (short.clone(), true),
-                None => (w, false),
-            })
+            .map(
+                |w| match dict.abbreviations.get(&w).filter(|_| self.abbreviate) {
+                    Some(short) => (short.clone(), true),
+                    None => (w, false),
+                },
+            )
             .collect();
         join_words(&words, self.case)
     }
@@ -524,7 +526,10 @@ mod tests {
         let dict = Dictionaries::builtin();
         for (key, choices) in &dict.synonyms {
             assert_eq!(key, &key.to_lowercase(), "synonym keys are lowercase");
-            assert!(!choices.is_empty() && choices.iter().all(|c| c != key), "{key}");
+            assert!(
+                !choices.is_empty() && choices.iter().all(|c| c != key),
+                "{key}"
+            );
         }
         for layout in &dict.date_layouts {
             assert!(relayout_date("2001-02-03", layout).is_some_and(|d| !d.contains('{')));

@@ -41,11 +41,7 @@ pub struct BuildTcrArgs {
 }
 
 fn parse_range(text: &str) -> Result<(usize, usize), String> {
-    let parse = |s: &str| {
-        s.trim()
-            .parse::<usize>()
-            .map_err(|e| format!("{s:?}: {e}"))
-    };
+    let parse = |s: &str| s.trim().parse::<usize>().map_err(|e| format!("{s:?}: {e}"));
     match text.split_once("..") {
         Some((lo, hi)) => Ok((parse(lo)?, parse(hi.trim_start_matches('='))?)),
         None => parse(text).map(|n| (n, n)),
