@@ -315,7 +315,7 @@ const SCALES: [&str; 7] = [
 fn below_hundred(n: u64) -> String {
     if n < 20 {
         ONES[n as usize].to_string()
-    } else if n % 10 == 0 {
+    } else if n.is_multiple_of(10) {
         TENS[(n / 10) as usize].to_string()
     } else {
         format!("{}-{}", TENS[(n / 10) as usize], ONES[(n % 10) as usize])
