@@ -5,6 +5,7 @@
 //! retrievers call. See `ARCHITECTURE.md` for the map.
 
 pub mod agent;
+pub mod bench;
 pub mod corpus;
 pub mod engine;
 pub mod eval;

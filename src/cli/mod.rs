@@ -1,6 +1,7 @@
 use clap::{Parser, Subcommand};
 
 mod ask;
+mod bench;
 mod corpus;
 mod eval;
 mod generate;
@@ -45,6 +46,9 @@ pub enum Command {
     Report(eval::ReportArgs),
     /// Paired significance tests between two runs over their common queries.
     Compare(eval::CompareArgs),
+    /// Build benchmarks (TCR-style sibling groups from SQLite databases).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 pub fn init_tracing(verbose: u8) {
@@ -73,5 +77,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run_eval(*args),
         Command::Report(args) => eval::run_report(args),
         Command::Compare(args) => eval::run_compare(args),
+        Command::Bench(cmd) => bench::run(cmd),
     }
 }
