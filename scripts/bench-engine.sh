@@ -3,7 +3,7 @@
 # and generation (128 tokens) in tokens/s, alternating runs, medians and ratios printed last.
 #
 #   scripts/bench-engine.sh [MODEL]          (default models/smollm2-135m-instruct-q4_1.gguf)
-#   RUNS=5 THREADS=2 WEIGHTS=dense-q8 scripts/bench-engine.sh
+#   RUNS=5 THREADS=2 WEIGHTS=dense-q8 [ENGINE_BENCH_BIN=path] scripts/bench-engine.sh
 #
 # llama.cpp comes from llama-cpp-python 0.3.36 (PyPI), which builds llama.cpp from source on first
 # use (about 9 minutes on 2 cores); the build is cached in $LLAMA_CPP_VENV, outside the repo.
@@ -27,9 +27,13 @@ if ! "$LLAMA_CPP_VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
     llama-cpp-python==0.3.36
 fi
 
-echo "bench-engine: building examples/engine_bench (release)" >&2
-cargo build --quiet --release --example engine_bench
-OURS=target/release/examples/engine_bench
+# ENGINE_BENCH_BIN: an already built engine_bench (e.g. to compare two builds); else build it.
+OURS=${ENGINE_BENCH_BIN:-}
+if [ -z "$OURS" ]; then
+  echo "bench-engine: building examples/engine_bench (release)" >&2
+  cargo build --quiet --release --example engine_bench
+  OURS=target/release/examples/engine_bench
+fi
 
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
