@@ -17,18 +17,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PACK=gpu-check
 
+# Builds tests/engine_parity.rs in release (extra cargo flags pass through) and prints its path.
+parity_test_binary() {
+  cargo test --release "$@" --test engine_parity --no-run --message-format=json 2>/dev/null \
+    | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "engine_parity" and m.get("executable"):
+        print(m["executable"])'
+}
+
 build() {
   PROFILE=release scripts/check-cuda-build.sh
   . scripts/setup-cuda-build.sh
   export CARGO_TARGET_DIR=${CUDA_TARGET_DIR:-target/cuda}
   local test_bin
-  test_bin=$(cargo test --release --features cuda --test engine_parity --no-run \
-    --message-format=json 2>/dev/null | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "engine_parity" and m.get("executable"):
-        print(m["executable"])')
+  test_bin=$(parity_test_binary --features cuda)
   [ -n "$test_bin" ] || { echo "gpu-check: parity test binary not built" >&2; exit 1; }
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/shared/reference" "$PACK/qwen3-tokenizer"
   cp "$CARGO_TARGET_DIR/release/tableseek" "$PACK/bin/tableseek"
@@ -62,11 +67,7 @@ run() {
   if [ "$device" = cpu ]; then
     cargo build --quiet --release --bin tableseek
     bin=target/release/tableseek
-    test_bin=$(cargo test --release --test engine_parity --no-run --message-format=json 2>/dev/null \
-      | python3 -c 'import json,sys
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="engine_parity" and m.get("executable"): print(m["executable"])')
+    test_bin=$(parity_test_binary)
     export TABLESEEK_SHARED=${TABLESEEK_SHARED:-../shared}
   else
     bin=$PACK/bin/tableseek
