@@ -6,7 +6,7 @@
 //!
 //! | call | grammar |
 //! |---|---|
-//! | pattern generation | a JSON list of 1..=16 strings of at most 64 characters, each starting with a non-space |
+//! | pattern generation | a JSON list of 1..=16 strings of at most 64 characters, each starting with a non-space and holding two letters or digits in a row |
 //! | refine, `nSm` | `{"action": "select", "tables": [id, ...]}` (1..=m ids) or `{"action": "regenerate", "patterns": [...]}` |
 //! | refine, `rN` | `{"action": "rerank", "order": [id, ...]}` (1..=shown ids) or regenerate |
 //! | refine, `no_regenerate` | select/rerank or `{"action": "none"}` |
@@ -33,13 +33,20 @@ pub const MAX_PATTERNS: usize = 16;
 /// Longest pattern a constrained call can write, in characters.
 pub const MAX_PATTERN_CHARS: usize = 64;
 
+/// The JSON-schema `pattern` every generated pattern matches: a non-space first, and two "word"
+/// characters in a row somewhere (ASCII letters and digits; any non-ASCII character counts, for
+/// names in other scripts).
+pub const PATTERN_REGEX: &str = r"^(\S.*)?[0-9A-Za-z\x{80}-\x{10FFFF}]{2}.*$";
+
 fn pattern_list() -> Value {
     json!({
         "type": "array",
         "items": {
             "type": "string",
-            // Starts with a non-space: the parser trims patterns and drops empty ones.
-            "pattern": "^\\S.*$",
+            // Starts with a non-space (the parser trims patterns and drops empty ones) and holds
+            // two letters or digits in a row: SmolLM2 under the mask otherwise drifts into `.*.*.*`,
+            // which matches every table and says nothing.
+            "pattern": PATTERN_REGEX,
             "maxLength": MAX_PATTERN_CHARS,
         },
         "minItems": 1,

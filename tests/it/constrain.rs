@@ -1,0 +1,351 @@
+//! Structured decoding with the real SmolLM2 tokenizer (and, for determinism, the real model):
+//! seeded random walks through every agent grammar, the shown-id restriction, and a constrained
+//! greedy reply twice. The GGUF is `$TABLESEEK_SMOLLM2_GGUF`, else
+//! `$TABLESEEK_MODELS/smollm2-135m-instruct-q4_1.gguf`, else `models/…`; tests skip without it.
+
+use std::path::PathBuf;
+
+use tableseek::agent::parse::{self, QaVariant, RefineDecision};
+use tableseek::agent::{schemas, Strategy, TaskType, Verdict};
+use tableseek::engine::{
+    read_gguf, ChatMessage, ChatModel, ChatModelOptions, ChatOptions, Grammar, GrammarCompiler,
+    LogitsMask, ModelSpec, StopReason, Tokenizer,
+};
+
+fn gguf() -> Option<PathBuf> {
+    let path = crate::common::smollm2_gguf();
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("skipping: {} not found", path.display());
+        None
+    }
+}
+
+fn tokenizer() -> Option<Tokenizer> {
+    let content = read_gguf(&gguf()?).expect("reading the GGUF");
+    Some(Tokenizer::from_gguf(&content).expect("tokenizer from GGUF"))
+}
+
+/// SplitMix64: a seeded, dependency-free generator for reproducible walks.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Extra logits past the tokenizer's vocabulary, as models with padded embeddings have.
+const PADDING: usize = 7;
+
+/// The ids the mask leaves finite after `generated`.
+fn allowed(mask: &mut dyn LogitsMask, generated: &[u32], vocab: usize) -> Vec<u32> {
+    let mut logits = vec![0.0f32; vocab + PADDING];
+    mask.apply(generated, &mut logits);
+    logits
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(i, _)| i as u32)
+        .collect()
+}
+
+/// Random walk under `grammar`: half the steps pick any allowed token, half prefer tokens that
+/// close something (quote, bracket, brace, comma) or EOS, so walks finish. Returns the text of the
+/// finished output; checks on the way that the mask is never empty, never offers ids past the
+/// vocabulary or special tokens, and offers EOS exactly when `complete(text)` holds.
+fn walk(
+    tokenizer: &Tokenizer,
+    compiler: &GrammarCompiler,
+    closes: &[bool],
+    grammar: &Grammar,
+    rng: &mut Rng,
+    complete: &dyn Fn(&str) -> bool,
+) -> String {
+    let vocab = compiler.vocab_size();
+    let eos = tokenizer.eos_token_ids().to_vec();
+    let im_start = tokenizer
+        .token_id("<|im_start|>")
+        .expect("SmolLM2 has <|im_start|>");
+    let mut mask = compiler.compile(grammar).expect("grammar compiles");
+    let mut generated: Vec<u32> = Vec::new();
+    for _ in 0..2000 {
+        let ids = allowed(&mut mask, &generated, vocab);
+        assert!(mask.failure().is_none(), "{:?}", mask.failure());
+        let text = tokenizer.decode(&generated, false).unwrap();
+        assert!(!ids.is_empty(), "no token allowed after {text:?}");
+        assert!(
+            ids.iter().all(|&id| (id as usize) < vocab),
+            "padding ids allowed"
+        );
+        assert!(
+            !ids.contains(&im_start),
+            "a special token allowed after {text:?}"
+        );
+        let eos_allowed = ids.iter().any(|id| eos.contains(id));
+        assert_eq!(
+            eos_allowed,
+            complete(&text),
+            "EOS allowed must mean complete, for {text:?}"
+        );
+        let closing: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| eos.contains(&id) || closes[id as usize])
+            .collect();
+        let pool = if rng.below(2) == 0 && !closing.is_empty() {
+            &closing
+        } else {
+            &ids
+        };
+        let next = pool[rng.below(pool.len())];
+        if eos.contains(&next) {
+            return text;
+        }
+        generated.push(next);
+    }
+    panic!(
+        "walk did not finish: {:?}",
+        tokenizer.decode(&generated, false)
+    );
+}
+
+/// Per token id: does its text close a string, list or object, or separate items?
+fn closing_tokens(tokenizer: &Tokenizer, vocab: usize) -> Vec<bool> {
+    (0..vocab as u32)
+        .map(|id| {
+            tokenizer
+                .decode(&[id], false)
+                .is_ok_and(|t| t.contains(['"', ']', '}', ',']))
+        })
+        .collect()
+}
+
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text).is_ok()
+}
+
+fn ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("T{i}")).collect()
+}
+
+#[test]
+fn random_walks_stay_viable_and_parse_into_the_action() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let closes = closing_tokens(&tokenizer, compiler.vocab_size());
+    let mut rng = Rng(0x7ab1_e5ee);
+    for _ in 0..6 {
+        let text = walk(
+            &tokenizer,
+            &compiler,
+            &closes,
+            &schemas::patterns(),
+            &mut rng,
+            &is_json,
+        );
+        let patterns = parse::parse_patterns(&text).unwrap_or_else(|| panic!("{text:?}"));
+        assert!(
+            (1..=schemas::MAX_PATTERNS).contains(&patterns.len()),
+            "{text:?}"
+        );
+    }
+    let cases = [
+        (Strategy::Select { n: 5, m: 1 }, 5, true, true),
+        (Strategy::Select { n: 5, m: 3 }, 3, true, true),
+        (Strategy::Rerank { n: 3 }, 3, true, true),
+        (Strategy::Select { n: 5, m: 2 }, 4, true, false),
+        (Strategy::Select { n: 5, m: 1 }, 0, true, true),
+    ];
+    for (strategy, shown, select, regenerate) in cases {
+        let grammar = schemas::refine(strategy, &ids(shown), select, regenerate);
+        let cap = match strategy {
+            Strategy::Select { m, .. } => m,
+            Strategy::Rerank { n } => n,
+        };
+        for _ in 0..8 {
+            let text = walk(&tokenizer, &compiler, &closes, &grammar, &mut rng, &is_json);
+            let refine = parse::parse_refine(&text, shown, cap);
+            assert!(refine.parsed, "{strategy} {text:?}");
+            match refine.decision {
+                RefineDecision::Choose(positions) => {
+                    assert!(select && shown > 0, "{text:?}");
+                    assert!(!positions.is_empty() && positions.len() <= cap, "{text:?}");
+                    assert!(positions.iter().all(|&p| p < shown), "{text:?}");
+                }
+                RefineDecision::Regenerate(patterns) => {
+                    assert!(regenerate && !patterns.is_empty(), "{text:?}")
+                }
+                RefineDecision::None(reason) => {
+                    assert!(!regenerate, "{text:?} gave {reason:?}")
+                }
+            }
+        }
+    }
+    for (variant, labels) in [
+        (
+            QaVariant::TableSeek,
+            &["SUPPORTED", "REFUTED", "CANNOT VERIFY"][..],
+        ),
+        (QaVariant::Baseline, &["SUPPORTED", "REFUTED"][..]),
+    ] {
+        let grammar = schemas::qa(TaskType::FactVerification, variant).expect("a grammar");
+        let complete = |text: &str| labels.iter().any(|l| text == format!("Answer: {l}"));
+        for _ in 0..6 {
+            let text = walk(
+                &tokenizer, &compiler, &closes, &grammar, &mut rng, &complete,
+            );
+            let outcome = parse::parse_qa(&text, TaskType::FactVerification, variant);
+            assert!(outcome.parsed, "{text:?}");
+            if variant == QaVariant::Baseline {
+                assert_ne!(outcome.verdict, Verdict::Unverifiable);
+            }
+        }
+    }
+    assert!(schemas::qa(TaskType::Tableqa, QaVariant::TableSeek).is_none());
+}
+
+/// Feeds `text`'s tokens one by one, each of which must be allowed, and returns them.
+fn force(tokenizer: &Tokenizer, mask: &mut dyn LogitsMask, vocab: usize, text: &str) -> Vec<u32> {
+    let tokens = tokenizer.encode(text, false).unwrap();
+    for i in 0..tokens.len() {
+        let ids = allowed(mask, &tokens[..i], vocab);
+        assert!(
+            ids.contains(&tokens[i]),
+            "{:?} not allowed after {:?}",
+            tokenizer.decode(&tokens[i..=i], false),
+            tokenizer.decode(&tokens[..i], false)
+        );
+    }
+    tokens
+}
+
+#[test]
+fn ids_outside_the_shown_set_cannot_be_written() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    let grammar = schemas::refine(Strategy::Select { n: 5, m: 3 }, &ids(3), true, true);
+    let mut mask = compiler.compile(&grammar).unwrap();
+    let prefix = r#"{"action": "select", "tables": ["T"#;
+    let tokens = force(&tokenizer, &mut mask, vocab, prefix);
+    let next = allowed(&mut mask, &tokens, vocab);
+    let texts: Vec<String> = next
+        .iter()
+        .map(|&id| tokenizer.decode(&[id], false).unwrap())
+        .collect();
+    for digit in ["0", "1", "2"] {
+        assert!(
+            texts.iter().any(|t| t == digit),
+            "{digit} masked: {texts:?}"
+        );
+    }
+    assert!(
+        texts
+            .iter()
+            .all(|t| matches!(t.chars().next(), Some('0'..='2'))),
+        "only shown ids may follow: {texts:?}"
+    );
+    // After T1, "T10".."T19" would be new ids: only the closing quote may come.
+    let mut mask = compiler.compile(&grammar).unwrap();
+    let tokens = force(&tokenizer, &mut mask, vocab, &format!("{prefix}1"));
+    for id in allowed(&mut mask, &tokens, vocab) {
+        let text = tokenizer.decode(&[id], false).unwrap();
+        assert!(text.starts_with('"'), "{text:?} allowed after T1");
+    }
+    // A fourth id exceeds m = 3.
+    let mut mask = compiler.compile(&grammar).unwrap();
+    let tokens = force(
+        &tokenizer,
+        &mut mask,
+        vocab,
+        r#"{"action": "select", "tables": ["T0", "T1", "T2""#,
+    );
+    for id in allowed(&mut mask, &tokens, vocab) {
+        let text = tokenizer.decode(&[id], false).unwrap();
+        assert!(text.starts_with(']'), "{text:?} allowed after three ids");
+    }
+}
+
+#[test]
+fn constrained_greedy_reply_is_deterministic_and_parses() {
+    let Some(path) = gguf() else { return };
+    let mut model =
+        ChatModel::load(&ModelSpec::Path(path), &ChatModelOptions::default()).expect("model");
+    let messages = [
+        ChatMessage::new("system", "Reply with one JSON object only."),
+        ChatMessage::new(
+            "user",
+            "Question: Which river is longest?\n\nCandidates: T0 (rivers), T1 (cities)\n\
+             Your decision, as one JSON object: {\"action\": \"select\", \"tables\": [...]}",
+        ),
+    ];
+    let grammar = schemas::refine(Strategy::Select { n: 2, m: 1 }, &ids(2), true, true);
+    let options = ChatOptions {
+        max_new_tokens: 48,
+        ..ChatOptions::default()
+    };
+    let first = model
+        .chat_constrained(&messages, &options, &grammar)
+        .unwrap();
+    let second = model
+        .chat_constrained(&messages, &options, &grammar)
+        .unwrap();
+    assert_eq!(first.generated_token_ids, second.generated_token_ids);
+    assert_eq!(first.raw_text, second.raw_text);
+    assert!(first.constrained);
+    // The grammar closed the object and then allowed only EOS.
+    assert!(matches!(first.stop_reason, StopReason::StopToken(_)));
+    let refine = parse::parse_refine(&first.raw_text, 2, 1);
+    assert!(refine.parsed, "{:?}", first.raw_text);
+}
+
+#[test]
+fn patterns_without_literal_text_cannot_be_closed() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    let grammar = schemas::patterns();
+    // A pattern with a name in it closes; so does one in another script.
+    for good in [r#"["Canberra", "capital.*Australia"]"#, r#"["東京"]"#] {
+        let mut mask = compiler.compile(&grammar).unwrap();
+        let tokens = force(&tokenizer, &mut mask, vocab, good);
+        allowed(&mut mask, &tokens, vocab);
+        assert!(mask.is_accepting(), "{good} not accepted");
+    }
+    // `.*.*` matches every table: no next token may close the string before two letters or
+    // digits in a row have been written.
+    let closes_early = |text: &str| {
+        let close = text
+            .char_indices()
+            .find(|&(i, c)| c == '"' && !text[..i].ends_with('\\'));
+        close.is_some_and(|(i, _)| {
+            let chars: Vec<char> = text[..i].chars().collect();
+            !chars
+                .windows(2)
+                .any(|w| w.iter().all(|c| c.is_ascii_alphanumeric() || !c.is_ascii()))
+        })
+    };
+    for degenerate in [r#"[".*.*"#, r#"["a.*"#, r#"["Canberra", "..."#] {
+        let mut mask = compiler.compile(&grammar).unwrap();
+        let tokens = force(&tokenizer, &mut mask, vocab, degenerate);
+        let next = allowed(&mut mask, &tokens, vocab);
+        assert!(!next.is_empty());
+        for id in next {
+            let text = tokenizer.decode(&[id], false).unwrap();
+            assert!(
+                !closes_early(&text),
+                "{text:?} may close the pattern after {degenerate}"
+            );
+        }
+    }
+}
