@@ -1,9 +1,7 @@
 //! The TableSeek loop's control flow against a scripted backend: select, regenerate, budget,
 //! fallback, refine-none, unusable outputs, history, prefix sharing, trajectories.
 
-mod agent_support;
-
-use agent_support::*;
+use crate::agent_support::*;
 use tableseek::agent::testing::{MemorySpace, ScriptedLlm};
 use tableseek::agent::{
     Action, Agent, AgentConfig, AgentError, History, NoneReason, Role, StepKind, TaskType, Verdict,

@@ -116,11 +116,7 @@ fn bad_input_is_refused_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/model.gguf"));
 }
 
-fn models_dir() -> std::path::PathBuf {
-    std::env::var_os("TABLESEEK_MODELS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models"))
-}
+use crate::common::models_dir;
 
 /// MiniLM's dense top 3 reordered by SmolLM2 as a reranker.
 #[test]

@@ -1,6 +1,5 @@
 //! Shared fixtures for the agent tests: a small corpus whose ids look like storage paths, a runner
 //! that checks the invariants every run must keep, and request helpers.
-#![allow(dead_code)]
 
 use tableseek::agent::testing::{render_chat, MemorySpace, ScriptedLlm};
 use tableseek::agent::{Agent, AgentConfig, CallKind, LlmRequest, StepKind, Trajectory};

@@ -2,26 +2,12 @@
 //! tokens llama.cpp produced (`../shared/reference/smollm2-greedy-llamacpp.json`).
 //! The GGUF is looked up at `models/smollm2-135m-instruct-q4_1.gguf` or `$TABLESEEK_SMOLLM2_GGUF`.
 
-use std::path::PathBuf;
-
 use tableseek::engine::{
     DeviceMap, GenerateOptions, Generator, LoadOptions, Model, ModelSpec, QuantizedWeights,
     StopReason,
 };
 
-fn shared() -> PathBuf {
-    std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
-
-fn gguf() -> PathBuf {
-    std::env::var_os("TABLESEEK_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/smollm2-135m-instruct-q4_1.gguf")
-        })
-}
+use crate::common::{shared_dir as shared, smollm2_gguf as gguf};
 
 #[test]
 fn smollm2_q4_1_greedy_matches_llama_cpp() {

@@ -2,7 +2,7 @@
 //! (through the real corpus loader and grep-backed search space), and the TabFact adapter against
 //! ../shared (or $TABLESEEK_SHARED; skipped with a message when absent).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tableseek::agent::{AgentError, CorpusSpace, Llm, LlmRequest, LlmResponse, TaskType};
 use tableseek::corpus::{Corpus, LoadOptions};
@@ -75,9 +75,7 @@ fn sample_queries_score_against_the_sample_corpus() {
 
 #[test]
 fn tabfact_test_1k_maps_onto_the_tabfact_corpus() {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let shared = crate::common::shared_dir();
     let (dataset, corpus) = resolve_dataset("tabfact-test-1k", &shared);
     if !dataset.is_file() {
         eprintln!(

@@ -12,11 +12,7 @@ fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("../shared"))
-}
+use crate::common::shared_dir;
 
 /// `Some(path)` when it exists, otherwise prints why the test is skipped.
 fn existing(path: PathBuf, what: &str) -> Option<PathBuf> {

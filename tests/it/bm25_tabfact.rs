@@ -25,10 +25,7 @@ struct Benchmark {
 }
 
 fn tabfact_dir() -> Option<PathBuf> {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let dir = shared.join("data/tabfact");
+    let dir = crate::common::shared_dir().join("data/tabfact");
     if dir.join("test-1k.jsonl").is_file() {
         Some(dir)
     } else {

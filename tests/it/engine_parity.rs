@@ -14,18 +14,8 @@ const TOL: f32 = 1e-4;
 
 type Tensors = HashMap<String, Tensor>;
 
-/// `../shared` next to the repo root, or `$TABLESEEK_SHARED` (for git worktrees elsewhere).
 fn fixtures() -> Option<PathBuf> {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let dir = shared.join("reference/tiny-models");
-    if dir.exists() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} not found", dir.display());
-        None
-    }
+    crate::common::existing(crate::common::shared_dir().join("reference/tiny-models"))
 }
 
 fn load_st(path: PathBuf) -> HashMap<String, Tensor> {

@@ -1,8 +1,6 @@
 //! Every refine strategy, evidence size and ablation switch, and the configuration surface.
 
-mod agent_support;
-
-use agent_support::*;
+use crate::agent_support::*;
 use tableseek::agent::{
     Ablations, Action, Agent, AgentConfig, AgentError, Evidence, History, NoneReason, StepKind,
     Strategy, TaskType,

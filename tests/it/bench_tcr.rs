@@ -434,9 +434,7 @@ fn cli_builds_and_refuses_to_overwrite() {
 
 #[test]
 fn spider_dev_builds() {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let shared = crate::common::shared_dir();
     let spider = shared.join("data/spider");
     if !spider.join("spider_single_table.jsonl").is_file() {
         eprintln!("skipping: no Spider data at {}", spider.display());

@@ -277,9 +277,7 @@ fn missing_directory_is_an_error() {
 
 /// `../shared` beside the repository, or `TABLESEEK_SHARED` when the checkout lives elsewhere.
 fn shared_dir() -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("TABLESEEK_SHARED")
-        .map(Into::into)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let dir = crate::common::shared_dir();
     dir.join("data/tabfact/tables").is_dir().then_some(dir)
 }
 

@@ -1,9 +1,7 @@
 //! Property tests of the loop: random settings and random (often broken) model outputs must never
 //! break the budget, the step accounting, the call order or the anonymity of prompts.
 
-mod agent_support;
-
-use agent_support::*;
+use crate::agent_support::*;
 use proptest::prelude::*;
 use tableseek::agent::testing::ScriptedLlm;
 use tableseek::agent::{

@@ -496,10 +496,7 @@ impl TextEncoder for WordsEncoder {
 /// The tiny random Qwen3 as a reranker (its vocabulary has no "yes"/"no": ids 11 and 10 stand
 /// in), when ../shared is there.
 fn tiny_reranker() -> Option<Reranker> {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let dir = shared.join("reference/tiny-models/tiny-qwen3");
+    let dir = crate::common::shared_dir().join("reference/tiny-models/tiny-qwen3");
     if !dir.is_dir() {
         eprintln!("skipping the rerank part: {} not found", dir.display());
         return None;

@@ -3,7 +3,7 @@
 //! embedded one by one and as one padded batch. Needs the model (`TABLESEEK_MODELS`, else
 //! `<repo>/models`) and ../shared (`TABLESEEK_SHARED`); skips with a message when either is absent.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use candle_core::Device;
 use serde::Deserialize;
@@ -15,16 +15,10 @@ struct Reference {
     embeddings: Vec<Vec<f32>>,
 }
 
-fn dir_from_env(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(default))
-}
-
 fn inputs() -> Option<(PathBuf, Reference)> {
-    let model = dir_from_env("TABLESEEK_MODELS", "models").join("all-MiniLM-L6-v2");
-    let reference = dir_from_env("TABLESEEK_SHARED", "../shared")
-        .join("reference/minilm-5-sentences-sentence-transformers.json");
+    let model = crate::common::models_dir().join("all-MiniLM-L6-v2");
+    let reference =
+        crate::common::shared_dir().join("reference/minilm-5-sentences-sentence-transformers.json");
     if !model.join("model.safetensors").is_file() || !reference.is_file() {
         eprintln!(
             "skipping: need {} and {}",

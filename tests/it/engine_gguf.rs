@@ -11,16 +11,11 @@ use candle_core::{DType, Device, Tensor};
 use tableseek::engine::{Config, DeviceMap, Model, ModelSpec};
 
 fn tiny(name: &str) -> Option<PathBuf> {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let dir = shared.join("reference/tiny-models").join(name);
-    if dir.exists() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} not found", dir.display());
-        None
-    }
+    crate::common::existing(
+        crate::common::shared_dir()
+            .join("reference/tiny-models")
+            .join(name),
+    )
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {

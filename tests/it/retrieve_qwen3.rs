@@ -51,10 +51,7 @@ struct Pair {
 }
 
 fn tiny_dir() -> Option<PathBuf> {
-    let shared = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let dir = shared.join("reference/tiny-models/tiny-qwen3");
+    let dir = crate::common::shared_dir().join("reference/tiny-models/tiny-qwen3");
     if !dir.join("model.safetensors").is_file() {
         eprintln!("skipping: {} not found", dir.display());
         return None;

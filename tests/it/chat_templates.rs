@@ -112,9 +112,7 @@ fn template_errors_are_reported_not_panicked() {
 
 #[test]
 fn tokenizer_config_without_template_says_so() {
-    let dir = std::env::var_os("TABLESEEK_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let dir = crate::common::shared_dir();
     let path = dir.join("reference/tiny-models/tiny-qwen3/tokenizer_config.json");
     if !path.exists() {
         eprintln!("SKIP: {} not found", path.display());

@@ -9,7 +9,6 @@
 //! measuring prompt sizes with a real tokenizer.
 
 use std::io::Write;
-use std::path::Path;
 
 use serde::Deserialize;
 use tableseek::agent::testing::MemorySpace;
@@ -18,8 +17,7 @@ use tableseek::agent::{
 };
 
 fn data_dir() -> std::path::PathBuf {
-    let shared = std::env::var("TABLESEEK_SHARED").unwrap_or_else(|_| "../shared".to_string());
-    Path::new(&shared).join("data/tabfact")
+    crate::common::shared_dir().join("data/tabfact")
 }
 
 #[derive(Deserialize)]

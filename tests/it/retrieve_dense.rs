@@ -6,7 +6,7 @@
 //! The TabFact test embeds 1,695 tables (a minute or two on two cores) the first time; the
 //! embeddings are then cached in `<repo>/runs/cache/embeddings`, as `tableseek retrieve` does.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::Device;
 use serde::Deserialize;
@@ -14,14 +14,8 @@ use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::retrieve::bert::{BertEncoder, EncodeOptions};
 use tableseek::retrieve::dense::{CacheStatus, DenseIndex};
 
-fn dir_from_env(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(default))
-}
-
 fn encoder(options: EncodeOptions) -> Option<BertEncoder> {
-    let model = dir_from_env("TABLESEEK_MODELS", "models").join("all-MiniLM-L6-v2");
+    let model = crate::common::models_dir().join("all-MiniLM-L6-v2");
     if !model.join("model.safetensors").is_file() {
         eprintln!("skipping: {} not found", model.display());
         return None;
@@ -110,7 +104,7 @@ struct Claim {
 
 #[test]
 fn dense_recall_on_tabfact_test_1k() {
-    let shared = dir_from_env("TABLESEEK_SHARED", "../shared").join("data/tabfact");
+    let shared = crate::common::shared_dir().join("data/tabfact");
     if !shared.join("test-1k.jsonl").is_file() {
         eprintln!("skipping: {} not found", shared.display());
         return;

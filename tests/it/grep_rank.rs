@@ -328,10 +328,7 @@ fn cli_convert_writes_each_table_in_the_chosen_format() {
 }
 
 fn shared_tables() -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("TABLESEEK_SHARED")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-        .join("data/tabfact/tables");
+    let dir = crate::common::shared_dir().join("data/tabfact/tables");
     dir.is_dir().then_some(dir)
 }
 
