@@ -7,6 +7,7 @@
 //! `queries.jsonl` in the eval format ([`crate::eval::EvalQuery`] plus TCR fields), `tables.jsonl`
 //! (how each variant was made) and `manifest.json` (seed, counts, source hashes).
 
+mod group;
 mod sql;
 pub mod tcr;
 pub mod variants;

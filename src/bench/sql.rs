@@ -62,15 +62,7 @@ pub fn read_database(path: &Path) -> Result<Vec<SourceTable>, BenchError> {
                     })
                 })?
                 .collect::<Result<_, _>>()?;
-            let mut statement = conn.prepare(&format!("SELECT * FROM {}", quote_ident(&name)))?;
-            let width = statement.column_count();
-            let rows = statement
-                .query_map([], |row| {
-                    (0..width)
-                        .map(|i| row.get::<_, Value>(i))
-                        .collect::<Result<Vec<_>, _>>()
-                })?
-                .collect::<Result<_, _>>()?;
+            let rows = all_rows(&conn, &format!("SELECT * FROM {}", quote_ident(&name)))?;
             tables.push(SourceTable {
                 name,
                 columns,
@@ -166,22 +158,24 @@ pub fn is_ordered(sql: &str) -> bool {
     upper.contains("ORDER BY")
 }
 
+/// Every row `sql` returns, each as its column values.
+fn all_rows(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<Vec<Value>>> {
+    let mut statement = conn.prepare(sql)?;
+    let width = statement.column_count();
+    let rows = statement
+        .query_map([], |row| {
+            (0..width)
+                .map(|i| row.get::<_, Value>(i))
+                .collect::<Result<Vec<_>, _>>()
+        })?
+        .collect();
+    rows
+}
+
 /// Runs `sql`; `None` when it fails (a column this variant lacks) or gives no evidence (no rows, or
 /// only NULLs): a variant that cannot answer.
 pub fn run_query(conn: &Connection, sql: &str) -> Option<Answer> {
-    let run = || -> rusqlite::Result<Vec<Vec<Value>>> {
-        let mut statement = conn.prepare(sql)?;
-        let width = statement.column_count();
-        let rows = statement
-            .query_map([], |row| {
-                (0..width)
-                    .map(|i| row.get::<_, Value>(i))
-                    .collect::<Result<Vec<_>, _>>()
-            })?
-            .collect();
-        rows
-    };
-    let rows = run().ok()?;
+    let rows = all_rows(conn, sql).ok()?;
     if rows
         .iter()
         .all(|row| row.iter().all(|v| matches!(v, Value::Null)))

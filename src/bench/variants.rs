@@ -13,6 +13,8 @@ use rand::Rng;
 use rusqlite::types::Value;
 use serde::{Deserialize, Serialize};
 
+use crate::calendar::MONTH_NAMES;
+
 /// The rename and reformat dictionaries.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Dictionaries {
@@ -401,21 +403,6 @@ fn spell_real(r: f64) -> Option<String> {
     Some(out)
 }
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-
 /// An ISO date (`YYYY-MM-DD`, optionally followed by a time) in `layout`; `None` when `text` is not
 /// one. The time part is kept as it is, after a space.
 pub fn relayout_date(text: &str, layout: &str) -> Option<String> {
@@ -448,7 +435,7 @@ pub fn relayout_date(text: &str, layout: &str) -> Option<String> {
         .replace("{Y}", &text[0..4])
         .replace("{m}", &text[5..7])
         .replace("{d}", &text[8..10])
-        .replace("{b}", MONTHS[month - 1]);
+        .replace("{b}", MONTH_NAMES[month - 1]);
     if !time.is_empty() {
         out.push(' ');
         out.push_str(time);
