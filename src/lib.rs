@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod bench;
+mod calendar;
 pub mod corpus;
 pub mod engine;
 pub mod eval;

@@ -305,20 +305,7 @@ struct FixedDate {
 }
 
 impl FixedDate {
-    const MONTHS: [&'static str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
+    const MONTHS: [&'static str; 12] = crate::calendar::MONTH_NAMES;
     const WEEKDAYS: [&'static str; 7] = [
         "Monday",
         "Tuesday",

@@ -458,6 +458,17 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             .map(|index| index.search(&query.query, self.options.ranking_depth.max(1)))
             .unwrap_or_default();
         let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.qa_on_ranking(llm, query, &hits, retrieval_ms)
+    }
+
+    /// The baselines' tail: QA on the top hit, the ranking recorded to the run's depth.
+    fn qa_on_ranking<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+        hits: &[Hit],
+        retrieval_ms: f64,
+    ) -> Result<QueryRecord, EvalError> {
         let mut record = self.baseline(
             llm,
             query,
@@ -466,6 +477,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         )?;
         record.ranking = hits
             .iter()
+            .take(self.options.ranking_depth.max(1))
             .map(|hit| self.space.table_id(hit.doc).to_string())
             .collect();
         Ok(record)
@@ -523,17 +535,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             rerank_ms = rerank_started.elapsed().as_secs_f64() * 1e3;
         }
         let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
-        let mut record = self.baseline(
-            llm,
-            query,
-            hits.first().map(|hit| hit.doc).into_iter().collect(),
-            retrieval_ms,
-        )?;
-        record.ranking = hits
-            .iter()
-            .take(self.options.ranking_depth.max(1))
-            .map(|hit| self.space.table_id(hit.doc).to_string())
-            .collect();
+        let mut record = self.qa_on_ranking(llm, query, &hits, retrieval_ms)?;
         record.cost.encode_calls = 1;
         record.cost.rerank_calls = rerank_calls;
         record.cost.ms.encode = encode_ms;
