@@ -70,10 +70,15 @@ fn cap_text(text: &str, max_chars: usize) -> String {
 }
 
 impl SearchSpace for CorpusSpace<'_> {
+    /// Only tables that match at least one pattern: a table that matches none would reach the
+    /// refine previews in corpus order and look like a candidate (SmolLM2 on TabFact selected
+    /// such fillers in most claims), and with none matched the refine prompt says so and asks
+    /// for new patterns.
     fn rank(&self, patterns: &[String]) -> Vec<RankedTable> {
         self.with_patterns(patterns, |set| {
             grep::rank(self.corpus, set)
                 .into_iter()
+                .take_while(|hit| hit.score > 0.0)
                 .map(|hit| RankedTable {
                     table: hit.table,
                     score: f64::from(hit.score),
