@@ -3,8 +3,10 @@
 //! - [`dataset`]: the JSONL query format and the TabFact adapter.
 //! - [`run`]: the evaluated methods ([`Method`]) and the per-query [`QueryRecord`].
 //! - [`rundir`]: resumable run directories (`config.json`, `queries.jsonl`, `summary.json`,
-//!   `report.md`).
+//!   `report.md`, `plots/`).
 //! - [`report`]: summaries, the main-results table, paired comparisons of two runs.
+//! - [`plots`]: the SVG plots of a run (time by stage, calls per query, top-1 by round, score by
+//!   format), drawn with plotters.
 //! - [`metrics`]: per-query retrieval, QA and verification scores and their aggregates, format
 //!   robustness, refinement curves.
 //! - [`answer`]: SQuAD-style answer normalisation, token F1 and exact match.
@@ -13,6 +15,7 @@
 pub mod answer;
 pub mod dataset;
 pub mod metrics;
+pub mod plots;
 pub mod report;
 pub mod run;
 pub mod rundir;

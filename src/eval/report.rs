@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::metrics::{Aggregate, MetricsError};
+use super::metrics::{refinement_curve, Aggregate, MetricsError};
 use super::run::{QueryRecord, StageMs};
 use super::stats::{
     paired_bootstrap, paired_t_test, wilcoxon_signed_rank, BootstrapOptions, BootstrapResult,
@@ -31,6 +31,37 @@ pub struct SummaryMetrics {
     /// Share of those calls decoded under their grammar (`--constrain on`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action_constrained_rate: Option<f64>,
+    /// Refinement analysis ([`refinement_curve`]): per round of patterns (round 0 = the first
+    /// grep ranking), the share of queries whose top-1 candidate is a gold table, a query that
+    /// stopped early keeping its last status; absent without agent trajectories.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top1_hit_by_round: Option<Vec<f64>>,
+}
+
+/// [`SummaryMetrics::top1_hit_by_round`]. A trajectory without any ranking (its pattern call
+/// failed) counts as a miss in round 0.
+fn top1_hit_by_round(records: &[QueryRecord]) -> Option<Vec<f64>> {
+    let hits: Vec<Vec<bool>> = records
+        .iter()
+        .filter_map(|record| {
+            let trajectory = record.trajectory.as_ref()?;
+            let mut rounds: Vec<bool> = trajectory
+                .rounds
+                .iter()
+                .map(|round| {
+                    round
+                        .candidates
+                        .first()
+                        .is_some_and(|top| record.gold.tables.contains(&top.table_id))
+                })
+                .collect();
+            if rounds.is_empty() {
+                rounds.push(false);
+            }
+            Some(rounds)
+        })
+        .collect();
+    refinement_curve(&hits).ok()
 }
 
 /// `(parsed share, constrained share)` of the pattern-generation and refine calls in `records`.
@@ -92,6 +123,7 @@ impl Summary {
                 },
                 action_parse_rate,
                 action_constrained_rate,
+                top1_hit_by_round: top1_hit_by_round(records),
             },
         })
     }
@@ -160,6 +192,17 @@ pub fn render_report(runs: &[(&str, &Summary)]) -> String {
             }
         }
         out.push('\n');
+    }
+    let curves: Vec<_> = runs
+        .iter()
+        .filter_map(|(name, s)| Some((name, s.metrics.top1_hit_by_round.as_ref()?)))
+        .collect();
+    if !curves.is_empty() {
+        out.push_str("\nTop-1 hit rate by refine round (round 0: the first patterns):\n\n");
+        for (name, curve) in curves {
+            let rates: Vec<String> = curve.iter().map(|r| format!("{r:.3}")).collect();
+            let _ = writeln!(out, "- {name}: {}", rates.join(" → "));
+        }
     }
     out
 }

@@ -2,7 +2,7 @@
 //!
 //! A run directory holds `config.json` (every option, the model's sha256, the git revision),
 //! `queries.jsonl` (one [`QueryRecord`] per finished query, appended and flushed as each
-//! finishes), `summary.json` and `report.md` (both rebuilt from `queries.jsonl` alone).
+//! finishes), `summary.json`, `report.md` and `plots/*.svg` (all rebuilt from `queries.jsonl` alone).
 //!
 //! A killed run leaves at worst a half-written last line: it has no newline (each record is
 //! written as one `line + "\n"` buffer), so on resume it is cut off and its query redone. Any
@@ -26,6 +26,7 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const QUERIES_FILE: &str = "queries.jsonl";
 pub const SUMMARY_FILE: &str = "summary.json";
 pub const REPORT_FILE: &str = "report.md";
+pub const PLOTS_DIR: &str = "plots";
 
 /// Why a run directory could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,8 @@ pub enum RunError {
     Exists(PathBuf),
     #[error("{path} was run with different settings ({differences}); refusing to resume, use another --out")]
     ConfigMismatch { path: PathBuf, differences: String },
+    #[error("{path}: cannot draw the plot ({message})")]
+    Plot { path: PathBuf, message: String },
     #[error("{0} has no finished queries")]
     NoRecords(PathBuf),
     #[error(transparent)]
@@ -186,6 +189,16 @@ pub fn write_summary(dir: &Path, records: &[QueryRecord]) -> Result<Summary, Run
     let name = dir.display().to_string();
     let report = render_report(&[(name.as_str(), &summary)]);
     write_atomically(&dir.join(REPORT_FILE), report.as_bytes())?;
+    let plots = dir.join(PLOTS_DIR);
+    std::fs::create_dir_all(&plots).map_err(io_error(&plots))?;
+    for chart in super::plots::charts(records, &summary) {
+        let path = plots.join(chart.file);
+        let svg = chart.to_svg().map_err(|message| RunError::Plot {
+            path: path.clone(),
+            message,
+        })?;
+        write_atomically(&path, svg.as_bytes())?;
+    }
     Ok(summary)
 }
 

@@ -10,7 +10,7 @@ use tableseek::agent::{
     AgentConfig, AgentError, CallKind, Llm, LlmRequest, LlmResponse, Role, TaskType,
 };
 use tableseek::engine::{load_tokenizer, DeviceMap, Model, ModelSpec};
-use tableseek::eval::rundir::{QUERIES_FILE, REPORT_FILE, SUMMARY_FILE};
+use tableseek::eval::rundir::{PLOTS_DIR, QUERIES_FILE, REPORT_FILE, SUMMARY_FILE};
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
     compare_runs, load_queries, read_records, write_summary, EvalOptions, EvalQuery, Evaluator,
@@ -255,11 +255,42 @@ fn report_rebuilds_the_same_summary_from_records() {
     full_run(Method::Tableseek, &dir, &queries, &mut FakeLlm::default());
     let summary = read(&dir.join(SUMMARY_FILE));
     let report = read(&dir.join(REPORT_FILE));
+    // An agent run has every plot but time by stage (timings are off here); each names what it
+    // shows.
+    let plots = dir.join(PLOTS_DIR);
+    assert!(!plots.join("time_by_stage.svg").exists());
+    let mut drawn = Vec::new();
+    for (file, label) in [
+        ("actions_per_query.svg", "pattern-gen ("),
+        ("top1_by_round.svg", "round 0 ("),
+        ("score_by_format.svg", "csv, n="),
+    ] {
+        let svg = read(&plots.join(file));
+        assert!(svg.contains(label), "{file} lacks {label:?}");
+        drawn.push(svg);
+    }
+    let parsed: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let by_round = parsed["metrics"]["top1_hit_by_round"].as_array().unwrap();
+    assert!(!by_round.is_empty());
+    assert!(by_round
+        .iter()
+        .all(|r| (0.0..=1.0).contains(&r.as_f64().unwrap())));
     std::fs::remove_file(dir.join(SUMMARY_FILE)).unwrap();
     std::fs::remove_file(dir.join(REPORT_FILE)).unwrap();
+    std::fs::remove_dir_all(&plots).unwrap();
     write_summary(&dir, &read_records(&dir).unwrap()).unwrap();
     assert_eq!(read(&dir.join(SUMMARY_FILE)), summary);
     assert_eq!(read(&dir.join(REPORT_FILE)), report);
+    for (file, svg) in [
+        "actions_per_query.svg",
+        "top1_by_round.svg",
+        "score_by_format.svg",
+    ]
+    .iter()
+    .zip(&drawn)
+    {
+        assert_eq!(&read(&plots.join(file)), svg, "{file} redrawn differently");
+    }
 }
 
 #[test]
