@@ -6,7 +6,7 @@
 //!
 //! | call | grammar |
 //! |---|---|
-//! | pattern generation | a JSON list of 1..=16 strings of at most 64 characters, each starting with a non-space and holding two letters or digits in a row |
+//! | pattern generation | a JSON list of 1..=16 strings of at most 40 characters, each starting with a non-space and holding two letters or digits in a row |
 //! | refine, `nSm` | `{"action": "select", "tables": [id, ...]}` (1..=m ids) or `{"action": "regenerate", "patterns": [...]}` |
 //! | refine, `rN` | `{"action": "rerank", "order": [id, ...]}` (1..=shown ids) or regenerate |
 //! | refine, `no_regenerate` | select/rerank or `{"action": "none"}` |
@@ -30,8 +30,18 @@ use crate::engine::Grammar;
 
 /// Most patterns one constrained call can write (the prompt asks for about 3 to 8).
 pub const MAX_PATTERNS: usize = 16;
-/// Longest pattern a constrained call can write, in characters.
-pub const MAX_PATTERN_CHARS: usize = 64;
+/// Longest pattern a constrained call can write, in characters: room for a name and a value
+/// (`(?i)kazuto\s+sakata` is 19); copying a whole claim as one pattern never matches anyway.
+pub const MAX_PATTERN_CHARS: usize = 40;
+
+/// The longest text a pattern-generation or refine grammar admits (ASCII, the fixed separators
+/// of [`crate::engine::GrammarCompiler`]): the regenerate object around a full pattern list. A
+/// token carries at least one character, so a call whose `max_new_tokens` is at least this always
+/// closes its JSON, even when a small model repeats itself up to every bound.
+pub const MAX_ACTION_CHARS: usize = r#"{"action": "regenerate", "patterns": }"#.len()
+    + 2
+    + MAX_PATTERNS * (MAX_PATTERN_CHARS + 2)
+    + (MAX_PATTERNS - 1) * 2;
 
 /// The JSON-schema `pattern` every generated pattern matches: a non-space first, and two "word"
 /// characters in a row somewhere (ASCII letters and digits; any non-ASCII character counts, for

@@ -31,7 +31,7 @@ pub struct AgentArgs {
     /// `full` keeps refine rounds in one conversation (more KV reuse); `none` is the paper's.
     #[arg(long, default_value = "none")]
     pub history: History,
-    /// New tokens per call; default 8192 for thinking models (Qwen3), 512 for others.
+    /// New tokens per call; default 8192 for thinking models (Qwen3), 1024 for others.
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
     /// For thinking models (Qwen3): true or false; default is the template's.

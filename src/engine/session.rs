@@ -143,12 +143,14 @@ impl ChatModel {
 
     /// A new-token budget per call that fits the model: thinking models get the method's 8,192;
     /// others answer in a few hundred tokens, and a small model that starts repeating itself
-    /// should not burn thousands of steps.
+    /// should not burn thousands of steps. 1,024 leaves room for the longest structured action
+    /// (`agent::schemas::MAX_ACTION_CHARS`, about 750): at 512, one of SmolLM2's pattern lists in
+    /// 50 TabFact claims was cut before its JSON closed.
     pub fn default_max_new_tokens(&self) -> usize {
         if self.supports_thinking() {
             8192
         } else {
-            512
+            1024
         }
     }
 

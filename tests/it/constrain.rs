@@ -307,6 +307,54 @@ fn constrained_greedy_reply_is_deterministic_and_parses() {
     assert!(matches!(first.stop_reason, StopReason::StopToken(_)));
     let refine = parse::parse_refine(&first.raw_text, 2, 1);
     assert!(refine.parsed, "{:?}", first.raw_text);
+    // Every admissible action fits the default budget, so a constrained call always closes.
+    assert!(model.default_max_new_tokens() >= schemas::MAX_ACTION_CHARS);
+}
+
+#[test]
+fn the_longest_action_is_bounded_by_max_action_chars() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    let grammar = schemas::refine(Strategy::Select { n: 5, m: 1 }, &ids(5), true, true);
+    let pattern = |i: usize| format!("{i:02}{}", "x".repeat(schemas::MAX_PATTERN_CHARS - 2));
+    let list: Vec<String> = (0..schemas::MAX_PATTERNS)
+        .map(|i| format!("\"{}\"", pattern(i)))
+        .collect();
+    let longest = format!(
+        r#"{{"action": "regenerate", "patterns": [{}]}}"#,
+        list.join(", ")
+    );
+    assert_eq!(longest.len(), schemas::MAX_ACTION_CHARS);
+    let mut mask = compiler.compile(&grammar).unwrap();
+    let tokens = force(&tokenizer, &mut mask, vocab, &longest);
+    allowed(&mut mask, &tokens, vocab);
+    assert!(mask.is_accepting());
+    // One more pattern, or one more character in the last, is masked.
+    let full_list = &longest[..longest.len() - 2];
+    let mut mask = compiler.compile(&grammar).unwrap();
+    let tokens = force(&tokenizer, &mut mask, vocab, full_list);
+    for id in allowed(&mut mask, &tokens, vocab) {
+        let text = tokenizer.decode(&[id], false).unwrap();
+        assert!(
+            text.starts_with(']'),
+            "{text:?} allowed after the last pattern"
+        );
+    }
+    let mut mask = compiler.compile(&grammar).unwrap();
+    let tokens = force(
+        &tokenizer,
+        &mut mask,
+        vocab,
+        &full_list[..full_list.len() - 1],
+    );
+    for id in allowed(&mut mask, &tokens, vocab) {
+        let text = tokenizer.decode(&[id], false).unwrap();
+        assert!(
+            text.starts_with('"'),
+            "{text:?} allowed after the longest pattern"
+        );
+    }
 }
 
 #[test]
