@@ -130,6 +130,17 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         } else {
             self.refine()?
         };
+        if self.ranking.is_empty() && !matches!(end, RefineEnd::Chosen(_)) {
+            // A weak model's patterns can match nothing, round after round (SmolLM2 under the
+            // mask wrote `.+1.11.22.11…` for the README's sample question): rather than leave
+            // the query unanswered, QA reads the best match of the query's own words. The round
+            // is recorded like any other, so the trajectory shows what ranked.
+            warn!(
+                query = self.query,
+                "the patterns matched no table; QA reads the best match of the query's words"
+            );
+            self.search(query_patterns(self.query));
+        }
         let qa_tables: Vec<usize> = match end {
             RefineEnd::Chosen(tables) => tables,
             RefineEnd::BudgetSpent => self.ranking.iter().take(1).map(|r| r.table).collect(),

@@ -343,9 +343,35 @@ fn thinking_blocks_are_ignored_when_parsing() {
 }
 
 #[test]
-fn nothing_ranked_means_no_qa_and_no_answer() {
+fn nothing_ranked_falls_back_to_the_query_words_for_qa() {
     let config = AgentConfig::builder().no_refine(true).build().unwrap();
-    let (t, _) = run(config, QUERY, &[r#"["zzz_no_such_value"]"#, "unused"]);
+    let (t, _) = run(
+        config,
+        QUERY,
+        &[r#"["zzz_no_such_value"]"#, "Answer: 2148000"],
+    );
+    assert_eq!(kinds(&t), [StepKind::PatternGen, StepKind::Qa]);
+    assert_eq!(t.rounds.len(), 2);
+    assert!(t.rounds[0].candidates.is_empty());
+    assert_eq!(
+        t.rounds[1].patterns,
+        ["population", "paris", "france", "2020"]
+    );
+    assert_eq!(
+        t.final_table.as_deref(),
+        Some(t.rounds[1].candidates[0].table_id.as_str())
+    );
+    assert_eq!(t.answer, "2148000");
+}
+
+#[test]
+fn nothing_ranked_even_by_the_query_words_means_no_qa() {
+    let config = AgentConfig::builder().no_refine(true).build().unwrap();
+    let (t, _) = run(
+        config,
+        "Zyzzyva quokka?",
+        &[r#"["zzz_no_such_value"]"#, "unused"],
+    );
     assert_eq!(kinds(&t), [StepKind::PatternGen]);
     assert_eq!(t.verdict, None);
     assert_eq!(t.final_table, None);
