@@ -67,6 +67,9 @@ pub fn init_tracing(verbose: u8) {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(model) = cli.command.model_args() {
+        model.init_threads()?;
+    }
     match cli.command {
         Command::Corpus(cmd) => corpus::run(cmd),
         Command::Grep(args) => grep::run(args),
@@ -78,5 +81,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(args) => eval::run_report(args),
         Command::Compare(args) => eval::run_compare(args),
         Command::Bench(cmd) => bench::run(cmd),
+    }
+}
+
+impl Command {
+    fn model_args(&self) -> Option<&model_args::ModelArgs> {
+        match self {
+            Command::Ask(args) => Some(&args.model),
+            Command::Generate(args) => Some(&args.model),
+            Command::Chat(args) => Some(&args.model),
+            Command::Eval(args) => Some(&args.model),
+            _ => None,
+        }
     }
 }

@@ -40,14 +40,27 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    pub fn load(&self) -> anyhow::Result<ChatModel> {
-        if let Some(threads) = self.threads {
-            // Candle's CPU kernels run on rayon's global pool; it can only be sized before first use.
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build_global()
-                .context("setting the CPU thread count")?;
+    /// Sizes the CPU thread pool. Candle's kernels and our corpus loading share rayon's global pool,
+    /// which can only be sized before its first use, so the dispatcher calls this before any command
+    /// runs. Candle also keeps its own pool and gemm barrier pool sized from `CANDLE_NUM_THREADS` /
+    /// `RAYON_NUM_THREADS` on first use, so both are set here, before any of them exists.
+    pub fn init_threads(&self) -> anyhow::Result<()> {
+        let Some(threads) = self.threads else {
+            return Ok(());
+        };
+        if threads == 0 {
+            bail!("--threads must be at least 1");
         }
+        // Called at the single-threaded start of the process: no thread reads the environment yet.
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+        std::env::set_var("CANDLE_NUM_THREADS", threads.to_string());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("setting the CPU thread count")
+    }
+
+    pub fn load(&self) -> anyhow::Result<ChatModel> {
         let devices = DeviceMap::parse(&self.device, self.layer_split.as_deref())?;
         let dtype = match self.dtype.as_deref() {
             None => None,
