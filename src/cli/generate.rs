@@ -3,7 +3,7 @@
 use std::io::{BufRead, Write};
 
 use serde::Serialize;
-use tableseek::engine::{ChatMessage, ChatOptions, ChatOutput, StopReason};
+use tableseek::engine::{ChatMessage, ChatOptions, ChatOutput, LoopGuard, StopReason};
 
 use super::model_args::ModelArgs;
 
@@ -28,6 +28,10 @@ pub struct GenerateArgs {
     /// Drop the oldest prompt tokens if the prompt exceeds the context window.
     #[arg(long)]
     pub truncate_prompt: bool,
+    /// Keep decoding when the reply repeats itself (by default a reply that cycles, a block of
+    /// tokens repeated back to back over 64+ tokens, ends there with stop reason `loop:PERIOD`).
+    #[arg(long)]
+    pub no_loop_guard: bool,
     /// Print one JSON object (ids, text, counters) instead of the text.
     #[arg(long)]
     pub json: bool,
@@ -65,6 +69,7 @@ fn stop_reason_name(reason: StopReason) -> String {
         StopReason::MaxNewTokens => "max_new_tokens".into(),
         StopReason::Hook => "stop_string".into(),
         StopReason::ContextFull => "context_full".into(),
+        StopReason::Loop { period } => format!("loop:{period}"),
     }
 }
 
@@ -85,6 +90,7 @@ pub fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         enable_thinking: args.enable_thinking,
         truncate_prompt: args.truncate_prompt,
         use_prefix_cache: true,
+        loop_guard: (!args.no_loop_guard).then(LoopGuard::default),
     };
     let output = model.chat(&messages(args.system.as_deref(), &args.chat), &options)?;
     if args.json {

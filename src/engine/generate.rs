@@ -36,6 +36,9 @@ pub struct GenerateOptions {
     pub truncate_prompt: bool,
     /// Look up and store prompt KV in the prefix cache.
     pub use_prefix_cache: bool,
+    /// End generation once the output repeats itself (see [`LoopGuard`]). Off by default here, so
+    /// raw decoding matches other engines token for token; chat calls turn it on.
+    pub loop_guard: Option<LoopGuard>,
 }
 
 impl Default for GenerateOptions {
@@ -45,7 +48,48 @@ impl Default for GenerateOptions {
             stop_token_ids: Vec::new(),
             truncate_prompt: false,
             use_prefix_cache: true,
+            loop_guard: None,
         }
+    }
+}
+
+/// Stops greedy decoding that has fallen into a cycle. Small models decoded greedily often end in
+/// one ("The answer is:\n\nThe answer is:\n\n..." until the token budget runs out); greedy
+/// decoding never leaves a cycle of its own, so every further token is wasted time, and on a
+/// 2-core CPU a 1,000-token loop costs a minute per call. A block of `period` tokens repeated back
+/// to back at least `min_repeats` times, spanning at least `min_span` tokens, ends the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopGuard {
+    /// Longest block looked for, in tokens.
+    pub max_period: usize,
+    /// Fewest back-to-back copies of the block.
+    pub min_repeats: usize,
+    /// Fewest tokens the copies must cover together, so short blocks need more copies (a token
+    /// repeated 4 times is common in real text; 64 times is not).
+    pub min_span: usize,
+}
+
+impl Default for LoopGuard {
+    fn default() -> Self {
+        Self {
+            max_period: 64,
+            min_repeats: 4,
+            min_span: 64,
+        }
+    }
+}
+
+impl LoopGuard {
+    /// The shortest period with which `tokens` ends in a loop, if it does.
+    pub fn period(&self, tokens: &[u32]) -> Option<usize> {
+        (1..=self.max_period).find(|&period| {
+            let repeats = self.min_repeats.max(self.min_span.div_ceil(period));
+            let span = period * repeats;
+            span <= tokens.len() && {
+                let tail = &tokens[tokens.len() - span..];
+                tail[period..].iter().zip(tail).all(|(a, b)| a == b)
+            }
+        })
     }
 }
 
@@ -59,6 +103,10 @@ pub enum StopReason {
     Hook,
     /// The context window is full.
     ContextFull,
+    /// The output ended in a cycle of this many tokens ([`LoopGuard`]).
+    Loop {
+        period: usize,
+    },
 }
 
 /// Counters of one call.
@@ -194,6 +242,9 @@ impl Generator {
             if stop(&tokens) {
                 break StopReason::Hook;
             }
+            if let Some(period) = opts.loop_guard.and_then(|guard| guard.period(&tokens)) {
+                break StopReason::Loop { period };
+            }
             if tokens.len() >= opts.max_new_tokens {
                 break StopReason::MaxNewTokens;
             }
@@ -225,7 +276,32 @@ impl Generator {
 
 #[cfg(test)]
 mod tests {
-    use super::argmax;
+    use super::{argmax, LoopGuard};
+
+    #[test]
+    fn loop_guard_needs_enough_copies_over_enough_tokens() {
+        let guard = LoopGuard::default();
+        let block = [7u32, 8, 9, 10, 11, 12, 13, 14];
+        let mut tokens = vec![1, 2, 3];
+        // A period of 8 needs max(4, 64 / 8) = 8 copies.
+        for copies in 1..=8 {
+            tokens.extend(block);
+            let expected = (copies == 8).then_some(8);
+            assert_eq!(guard.period(&tokens), expected, "{copies} copies");
+        }
+        // One token repeated: 63 times is not yet a loop, 64 is.
+        let mut same = vec![5u32; 63];
+        assert_eq!(guard.period(&same), None);
+        same.push(5);
+        assert_eq!(guard.period(&same), Some(1));
+        // A block longer than max_period is never reported.
+        let long: Vec<u32> = (0..65).cycle().take(65 * 5).collect();
+        assert_eq!(guard.period(&long), None);
+        // Near-repeats are not loops.
+        let mut near: Vec<u32> = block.iter().copied().cycle().take(64).collect();
+        near[10] = 99;
+        assert_eq!(guard.period(&near), None);
+    }
 
     #[test]
     fn argmax_prefers_lowest_id_and_skips_nan() {

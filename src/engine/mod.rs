@@ -39,7 +39,9 @@ pub mod rope;
 pub use config::{Architecture, Config};
 pub use device::{parse_dtype, DeviceMap};
 pub use error::EngineError;
-pub use generate::{CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason};
+pub use generate::{
+    CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, LoopGuard, StopReason,
+};
 pub use kv_cache::KvCache;
 pub use load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
 pub use model::Model;

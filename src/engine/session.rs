@@ -14,7 +14,8 @@ use super::constrain::{ConstraintError, Grammar, GrammarCompiler};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::generate::{
-    CallStats, GenerateOptions, Generator, LogitsMask, StopReason, DEFAULT_PREFIX_CACHE_BYTES,
+    CallStats, GenerateOptions, Generator, LogitsMask, LoopGuard, StopReason,
+    DEFAULT_PREFIX_CACHE_BYTES,
 };
 use super::load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
 use super::model::Model;
@@ -59,6 +60,9 @@ pub struct ChatOptions {
     pub enable_thinking: Option<bool>,
     pub truncate_prompt: bool,
     pub use_prefix_cache: bool,
+    /// End the reply when it starts cycling (on by default for chat: a looping reply is never an
+    /// answer, and the loop would run to `max_new_tokens`).
+    pub loop_guard: Option<LoopGuard>,
 }
 
 impl Default for ChatOptions {
@@ -69,6 +73,7 @@ impl Default for ChatOptions {
             enable_thinking: None,
             truncate_prompt: false,
             use_prefix_cache: true,
+            loop_guard: Some(LoopGuard::default()),
         }
     }
 }
@@ -260,6 +265,7 @@ impl ChatModel {
             stop_token_ids: self.stop_token_ids.clone(),
             truncate_prompt: opts.truncate_prompt,
             use_prefix_cache: opts.use_prefix_cache,
+            loop_guard: opts.loop_guard,
         };
         let stops = StopStrings::new(opts.stop_strings.iter().cloned());
         // Decoding happens inside the stop hook, one token at a time, so the text is only built

@@ -76,3 +76,42 @@ fn smollm2_q4_1_greedy_matches_llama_cpp() {
     let out = generator.generate(&prompt, &short, |_| false).unwrap();
     assert_eq!(out.tokens, expected[..8]);
 }
+
+/// A chat reply that falls into a cycle ends there instead of running to the token cap, and only
+/// chat calls (not raw decoding) stop so.
+#[test]
+fn a_looping_chat_reply_ends_at_the_loop() {
+    use tableseek::engine::{ChatMessage, ChatModel, ChatModelOptions, ChatOptions, LoopGuard};
+    let model_path = gguf();
+    if !model_path.exists() {
+        eprintln!("skipping: {} not found", model_path.display());
+        return;
+    }
+    let mut model =
+        ChatModel::load(&ModelSpec::Path(model_path), &ChatModelOptions::default()).unwrap();
+    let messages = [ChatMessage::user(
+        "Repeat the sentence 'The answer is:' one hundred times.",
+    )];
+    let guarded = ChatOptions {
+        max_new_tokens: 200,
+        ..ChatOptions::default()
+    };
+    let output = model.chat(&messages, &guarded).unwrap();
+    let StopReason::Loop { period } = output.stop_reason else {
+        panic!("expected a loop stop, got {:?}", output.stop_reason);
+    };
+    let guard = LoopGuard::default();
+    let copies = guard.min_repeats.max(guard.min_span.div_ceil(period));
+    assert!(output.stats.generated_tokens < 200);
+    assert!(output.stats.generated_tokens >= period * copies);
+    assert!(output.text.matches("The answer is:").count() >= copies);
+
+    let unguarded = ChatOptions {
+        max_new_tokens: 100,
+        loop_guard: None,
+        ..ChatOptions::default()
+    };
+    let output = model.chat(&messages, &unguarded).unwrap();
+    assert_eq!(output.stop_reason, StopReason::MaxNewTokens);
+    assert_eq!(output.stats.generated_tokens, 100);
+}

@@ -141,6 +141,21 @@ fn full_run(method: Method, dir: &Path, queries: &[EvalQuery], llm: &mut FakeLlm
     llm.calls
 }
 
+fn tableseek() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tableseek"))
+}
+
+/// Runs the command, asserts it succeeded (showing its stderr if not) and returns its stdout.
+fn succeed(command: &mut std::process::Command) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap()
 }
@@ -396,18 +411,7 @@ fn report_and_compare_commands_read_run_directories() {
     let summary_a = read(&a.join(SUMMARY_FILE));
     std::fs::remove_file(a.join(SUMMARY_FILE)).unwrap();
 
-    let bin = env!("CARGO_BIN_EXE_tableseek");
-    let output = std::process::Command::new(bin)
-        .arg("report")
-        .args([&a, &b])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let table = String::from_utf8(output.stdout).unwrap();
+    let table = succeed(tableseek().arg("report").args([&a, &b]));
     assert_eq!(
         table.lines().filter(|l| l.starts_with("| ")).count(),
         3,
@@ -419,21 +423,15 @@ fn report_and_compare_commands_read_run_directories() {
     );
     assert_eq!(read(&a.join(SUMMARY_FILE)), summary_a);
 
-    let output = std::process::Command::new(bin)
-        .args(["compare", "--resamples", "500"])
-        .args([&a, &b])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let text = succeed(
+        tableseek()
+            .args(["compare", "--resamples", "500"])
+            .args([&a, &b]),
     );
-    let text = String::from_utf8(output.stdout).unwrap();
     assert!(text.contains("6 common queries"), "{text}");
     assert!(text.contains("| R@all | 6 |"), "{text}");
 
-    let output = std::process::Command::new(bin)
+    let output = tableseek()
         .args(["report"])
         .arg(tmp.path().join("missing"))
         .output()
@@ -614,4 +612,39 @@ fn dense_and_rerank_methods() {
         assert_eq!(record.ranking[3..], dense.ranking[3..]);
         assert_eq!(record.final_table.as_ref(), Some(&record.ranking[0]));
     }
+}
+
+/// `--threads` must size the CPU pool before the corpus is read in parallel: it used to fail with
+/// "the global thread pool has already been initialized" on every eval run with the flag.
+#[test]
+fn eval_with_a_thread_count_runs_the_real_model() {
+    let Some(model) = crate::common::existing(crate::common::smollm2_gguf()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    for (id, text) in TABLES {
+        let path = corpus.join(id);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let dataset = tmp.path().join("dataset.jsonl");
+    std::fs::write(&dataset, DATASET.lines().next().unwrap()).unwrap();
+    let out = tmp.path().join("run");
+    succeed(
+        tableseek()
+            .args(["eval", "--method", "oracle", "--threads", "1"])
+            .args(["--max-new-tokens", "8"])
+            .arg("--dataset")
+            .arg(&dataset)
+            .arg("--corpus")
+            .arg(&corpus)
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(&out),
+    );
+    let records = read_records(&out).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].final_table.as_deref(), Some("geo/capitals.csv"));
 }
