@@ -61,7 +61,8 @@ pub struct ChatOptions {
     pub truncate_prompt: bool,
     pub use_prefix_cache: bool,
     /// End the reply when it starts cycling (on by default for chat: a looping reply is never an
-    /// answer, and the loop would run to `max_new_tokens`).
+    /// answer, and the loop would run to `max_new_tokens`). Not applied to constrained calls,
+    /// whose grammar closes the reply within a bounded length.
     pub loop_guard: Option<LoopGuard>,
 }
 
@@ -265,7 +266,10 @@ impl ChatModel {
             stop_token_ids: self.stop_token_ids.clone(),
             truncate_prompt: opts.truncate_prompt,
             use_prefix_cache: opts.use_prefix_cache,
-            loop_guard: opts.loop_guard,
+            // A grammar bounds its own output and always closes it, so a reply that cycles under
+            // one still ends parseable (a pattern list repeating one pattern, say); cutting it at the
+            // loop would leave unclosed JSON.
+            loop_guard: opts.loop_guard.filter(|_| mask.is_none()),
         };
         let stops = StopStrings::new(opts.stop_strings.iter().cloned());
         // Decoding happens inside the stop hook, one token at a time, so the text is only built

@@ -9,7 +9,7 @@ use tableseek::agent::parse::{self, QaVariant, RefineDecision};
 use tableseek::agent::{schemas, Strategy, TaskType, Verdict};
 use tableseek::engine::{
     read_gguf, ChatMessage, ChatModel, ChatModelOptions, ChatOptions, Grammar, GrammarCompiler,
-    LogitsMask, ModelSpec, StopReason, Tokenizer,
+    LogitsMask, LoopGuard, ModelSpec, StopReason, Tokenizer,
 };
 
 fn gguf() -> Option<PathBuf> {
@@ -396,4 +396,32 @@ fn patterns_without_literal_text_cannot_be_closed() {
             );
         }
     }
+}
+
+/// A constrained reply that falls into a cycle is not cut by the chat loop guard (that left
+/// unclosed JSON on 22 of 50 TabFact pattern lists in a real run): the grammar bounds the reply
+/// and closes it.
+#[test]
+fn a_cycling_constrained_reply_still_closes_and_parses() {
+    let Some(path) = gguf() else { return };
+    let mut model =
+        ChatModel::load(&ModelSpec::Path(path), &ChatModelOptions::default()).expect("model");
+    let messages = [ChatMessage::new(
+        "user",
+        "Repeat the sentence 'The answer is:' one hundred times, as one JSON string.",
+    )];
+    let grammar = Grammar::JsonSchema(serde_json::json!({ "type": "string", "maxLength": 300 }));
+    let options = ChatOptions {
+        max_new_tokens: 400,
+        ..ChatOptions::default()
+    };
+    let output = model
+        .chat_constrained(&messages, &options, &grammar)
+        .unwrap();
+    assert!(matches!(output.stop_reason, StopReason::StopToken(_)));
+    let text: String = serde_json::from_str(&output.raw_text)
+        .unwrap_or_else(|err| panic!("{err}: {:?}", output.raw_text));
+    // It did cycle, over far more tokens than the guard lets an unconstrained reply repeat.
+    assert!(text.matches("The answer is:").count() >= 20, "{text:?}");
+    assert!(output.stats.generated_tokens > LoopGuard::default().min_span);
 }
