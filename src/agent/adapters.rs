@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+use super::fit::{cap_text, PromptBudget};
 use super::SearchSpace;
 use super::{AgentError, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, RankedTable, Role};
 use crate::corpus::Corpus;
@@ -54,19 +55,6 @@ impl<'a> CorpusSpace<'a> {
             None => f(&PatternSet::compile(patterns)),
         }
     }
-}
-
-/// Cuts `text` to at most `max_chars` characters at a line end, saying how much was left out.
-fn cap_text(text: &str, max_chars: usize) -> String {
-    let Some((cut, _)) = text.char_indices().nth(max_chars) else {
-        return text.to_owned();
-    };
-    let end = text[..cut].rfind('\n').map_or(cut, |i| i + 1);
-    let omitted_lines = text[end..].lines().count();
-    format!(
-        "{}[... {omitted_lines} more lines not shown]\n",
-        &text[..end]
-    )
 }
 
 impl SearchSpace for CorpusSpace<'_> {
@@ -141,21 +129,24 @@ impl<'m> EngineLlm<'m> {
     }
 }
 
+fn engine_messages(messages: &[ChatMessage]) -> Vec<engine::ChatMessage> {
+    messages
+        .iter()
+        .map(|message| {
+            let role = match message.role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            engine::ChatMessage::new(role, message.content.clone())
+        })
+        .collect()
+}
+
 impl Llm for EngineLlm<'_> {
     fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
         let started = Instant::now();
-        let messages: Vec<engine::ChatMessage> = request
-            .messages
-            .iter()
-            .map(|message: &ChatMessage| {
-                let role = match message.role {
-                    Role::System => "system",
-                    Role::User => "user",
-                    Role::Assistant => "assistant",
-                };
-                engine::ChatMessage::new(role, message.content.clone())
-            })
-            .collect();
+        let messages = engine_messages(&request.messages);
         let options = ChatOptions {
             max_new_tokens: request.max_new_tokens,
             enable_thinking: self.enable_thinking,
@@ -173,6 +164,25 @@ impl Llm for EngineLlm<'_> {
             ms: started.elapsed().as_secs_f64() * 1e3,
             constrained: output.constrained,
         })
+    }
+
+    /// A template or tokenizer failure gives `None`: the chat call that follows reports it.
+    fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {
+        let prompt = self
+            .model
+            .render(&engine_messages(messages), self.enable_thinking)
+            .ok()?;
+        let tokens = self.model.encode_prompt(&prompt).ok()?.len();
+        let window = self.model.model().context_len();
+        Some(PromptBudget::new(tokens, window, max_new_tokens))
+    }
+
+    fn count_tokens(&mut self, text: &str) -> Option<usize> {
+        self.model
+            .tokenizer()
+            .encode(text, false)
+            .ok()
+            .map(|ids| ids.len())
     }
 }
 
@@ -228,15 +238,5 @@ mod tests {
         let space = CorpusSpace::new(&corpus);
         let ranked = space.rank(&["Canberra(".to_string()]);
         assert!(ranked.iter().all(|hit| hit.score == 0.0));
-    }
-
-    #[test]
-    fn long_tables_are_cut_at_a_line_end_with_a_marker() {
-        let text = "h\n".to_string() + &"row,1\n".repeat(100);
-        let capped = cap_text(&text, 20);
-        assert!(capped.starts_with("h\nrow,1\n"));
-        assert!(capped.ends_with("more lines not shown]\n"));
-        assert!(capped.len() < 80);
-        assert_eq!(cap_text("short", 20), "short");
     }
 }

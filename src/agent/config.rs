@@ -229,6 +229,11 @@ pub struct AgentConfig {
     /// Generation cap for every call.
     pub max_new_tokens: usize,
     pub ablations: Ablations,
+    /// When a round's patterns match no table, search again with the query's content words
+    /// added, so refine sees candidates instead of an empty list. Not in the paper (it feeds the
+    /// empty result back to the model); small models need it: SmolLM2's constrained patterns
+    /// matched nothing in round 0 for 35 of 50 TabFact claims and 41 of 50 Spider questions.
+    pub widen_empty: bool,
 }
 
 impl Default for AgentConfig {
@@ -242,6 +247,7 @@ impl Default for AgentConfig {
             history: History::default(),
             max_new_tokens: 8192,
             ablations: Ablations::default(),
+            widen_empty: true,
         }
     }
 }
@@ -324,6 +330,11 @@ impl AgentConfigBuilder {
 
     pub fn ablations(mut self, ablations: Ablations) -> Self {
         self.config.ablations = ablations;
+        self
+    }
+
+    pub fn widen_empty(mut self, on: bool) -> Self {
+        self.config.widen_empty = on;
         self
     }
 

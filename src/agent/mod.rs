@@ -34,6 +34,7 @@
 
 mod adapters;
 mod config;
+mod fit;
 pub mod parse;
 pub mod prompts;
 mod run;
@@ -49,6 +50,7 @@ pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
     Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
 };
+pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};
 pub use run::{baseline_qa, Agent};
 pub use trajectory::{
@@ -163,17 +165,49 @@ pub struct LlmResponse {
 /// [`testing::ScriptedLlm`]). Decoding is expected to be greedy, so a query's run is deterministic.
 pub trait Llm {
     fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError>;
+
+    /// The prompt's size under this backend's tokenizer and chat template, against the most
+    /// that leaves `max_new_tokens` of room in its context window; the agent cuts table text
+    /// until it fits ([`fit_tables`]). `None` (the default): no window to respect.
+    fn measure(
+        &mut self,
+        _messages: &[ChatMessage],
+        _max_new_tokens: usize,
+    ) -> Option<PromptBudget> {
+        None
+    }
+
+    /// Tokens of `text` alone (no template); `None` when the backend does not count.
+    fn count_tokens(&mut self, _text: &str) -> Option<usize> {
+        None
+    }
 }
 
 impl<L: Llm + ?Sized> Llm for &mut L {
     fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
         (**self).chat(request)
     }
+
+    fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {
+        (**self).measure(messages, max_new_tokens)
+    }
+
+    fn count_tokens(&mut self, text: &str) -> Option<usize> {
+        (**self).count_tokens(text)
+    }
 }
 
 impl<L: Llm + ?Sized> Llm for Box<L> {
     fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
         (**self).chat(request)
+    }
+
+    fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {
+        (**self).measure(messages, max_new_tokens)
+    }
+
+    fn count_tokens(&mut self, text: &str) -> Option<usize> {
+        (**self).count_tokens(text)
     }
 }
 

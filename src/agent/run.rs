@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use tracing::{debug, warn};
 
+use super::fit::fit_tables;
 use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
 use super::prompts::{self, PromptOptions, Prompts, ShownTable};
 use super::schemas;
@@ -130,7 +131,10 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         } else {
             self.refine()?
         };
-        if self.ranking.is_empty() && !matches!(end, RefineEnd::Chosen(_)) {
+        // Under `widen_empty` every round already searched the query's words too.
+        let searched_query_words = self.config.widen_empty;
+        if self.ranking.is_empty() && !searched_query_words && !matches!(end, RefineEnd::Chosen(_))
+        {
             // A weak model's patterns can match nothing, round after round (SmolLM2 under the
             // mask wrote `.+1.11.22.11…` for the README's sample question): rather than leave
             // the query unanswered, QA reads the best match of the query's own words. The round
@@ -249,8 +253,24 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     }
 
     /// Ranks with new patterns and records the round.
-    fn search(&mut self, patterns: Vec<String>) {
+    fn search(&mut self, mut patterns: Vec<String>) {
         self.ranking = self.space.rank(&patterns);
+        let mut widened = false;
+        if self.ranking.is_empty() && self.config.widen_empty {
+            let extra: Vec<String> = query_patterns(self.query)
+                .into_iter()
+                .filter(|word| !patterns.iter().any(|p| p.eq_ignore_ascii_case(word)))
+                .collect();
+            if !extra.is_empty() {
+                patterns.extend(extra);
+                self.ranking = self.space.rank(&patterns);
+                widened = true;
+                debug!(
+                    ?patterns,
+                    "no table matched; widened with the query's words"
+                );
+            }
+        }
         let shown = self.config.strategy.candidates();
         let candidates = self
             .ranking
@@ -266,6 +286,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         self.trajectory.rounds.push(RoundRecord {
             patterns: patterns.clone(),
             candidates,
+            widened,
         });
         self.patterns = patterns;
     }
@@ -288,7 +309,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 .take(strategy.candidates())
                 .copied()
                 .collect();
-            let previews: Vec<ShownTable> = shown
+            let mut previews: Vec<ShownTable> = shown
                 .iter()
                 .enumerate()
                 .map(|(i, r)| ShownTable {
@@ -302,18 +323,19 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                     score: Some(r.score),
                 })
                 .collect();
-            let messages = match self.config.history {
-                History::None => self.prompts.refine(self.query, &self.patterns, &previews),
-                History::Full => {
-                    if conversation.is_empty() {
-                        conversation = self.prompts.refine(self.query, &self.patterns, &previews);
-                    } else {
-                        let turn = self.prompts.refine_followup(&self.patterns, &previews);
-                        conversation.push(turn);
-                    }
-                    conversation.clone()
+            let build = |previews: &[ShownTable]| match self.config.history {
+                History::Full if !conversation.is_empty() => {
+                    let mut messages = conversation.clone();
+                    messages.push(self.prompts.refine_followup(&self.patterns, previews));
+                    messages
                 }
+                _ => self.prompts.refine(self.query, &self.patterns, previews),
             };
+            fit_tables(self.llm, self.config.max_new_tokens, &mut previews, build);
+            let messages = build(&previews);
+            if self.config.history == History::Full {
+                conversation = messages.clone();
+            }
             let shown_ids: Vec<String> = previews.iter().map(|p| p.id.clone()).collect();
             let constraint = schemas::refine(
                 strategy,
@@ -396,7 +418,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     /// One QA call over `tables`; updates the answer, the final table and the tables seen.
     fn answer(&mut self, kind: CallKind, tables: &[usize]) -> Result<Verdict, AgentError> {
         let match_only_qa = self.config.ablations.match_only_qa;
-        let shown: Vec<ShownTable> = tables
+        let mut shown: Vec<ShownTable> = tables
             .iter()
             .enumerate()
             .map(|(i, &table)| ShownTable {
@@ -411,7 +433,9 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 score: None,
             })
             .collect();
-        let messages = self.prompts.qa(self.query, &shown);
+        let build = |shown: &[ShownTable]| self.prompts.qa(self.query, shown);
+        fit_tables(self.llm, self.config.max_new_tokens, &mut shown, build);
+        let messages = build(&shown);
         let constraint = schemas::qa(self.config.task, QaVariant::TableSeek);
         let response = self.call(kind, messages, constraint)?;
         let outcome = parse::parse_qa(&response.text, self.config.task, QaVariant::TableSeek);
@@ -453,7 +477,7 @@ pub fn baseline_qa<L: Llm + ?Sized>(
     tables: &[String],
     max_new_tokens: usize,
 ) -> Result<(QaOutcome, LlmResponse), AgentError> {
-    let shown: Vec<ShownTable> = tables
+    let mut shown: Vec<ShownTable> = tables
         .iter()
         .enumerate()
         .map(|(i, text)| ShownTable {
@@ -462,8 +486,10 @@ pub fn baseline_qa<L: Llm + ?Sized>(
             score: None,
         })
         .collect();
+    let build = |shown: &[ShownTable]| prompts::baseline_qa(task, query, shown);
+    fit_tables(llm, max_new_tokens, &mut shown, build);
     let request = LlmRequest {
-        messages: prompts::baseline_qa(task, query, &shown),
+        messages: build(&shown),
         max_new_tokens,
         kind: CallKind::Qa,
         constraint: schemas::qa(task, QaVariant::Baseline),

@@ -10,7 +10,8 @@ use std::collections::VecDeque;
 use regex::{Regex, RegexBuilder};
 
 use super::{
-    AgentError, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, RankedTable, SearchSpace,
+    AgentError, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, PromptBudget, RankedTable,
+    SearchSpace,
 };
 
 /// Returns queued outputs in order and keeps every request it saw.
@@ -20,6 +21,7 @@ pub struct ScriptedLlm {
     requests: Vec<LlmRequest>,
     ms_per_call: f64,
     previous_tokens: Vec<String>,
+    context_window: Option<usize>,
 }
 
 impl ScriptedLlm {
@@ -37,6 +39,13 @@ impl ScriptedLlm {
     /// Reports this latency for every call (default 0), to exercise timing fields.
     pub fn with_latency(mut self, ms: f64) -> Self {
         self.ms_per_call = ms;
+        self
+    }
+
+    /// Gives the backend a context window of `tokens` whitespace tokens: [`Llm::measure`]
+    /// reports against it and a longer prompt fails the call, as the engine's would.
+    pub fn with_context_window(mut self, tokens: usize) -> Self {
+        self.context_window = Some(tokens);
         self
     }
 
@@ -87,6 +96,11 @@ impl Llm for ScriptedLlm {
             .take_while(|(a, b)| a == b)
             .count();
         let prompt_tokens = tokens.len();
+        if let Some(window) = self.context_window.filter(|&w| prompt_tokens > w) {
+            return Err(AgentError::Llm(format!(
+                "prompt has {prompt_tokens} tokens but the context window is {window} tokens"
+            )));
+        }
         self.previous_tokens = tokens;
         Ok(LlmResponse {
             text,
@@ -96,6 +110,17 @@ impl Llm for ScriptedLlm {
             // Scripted outputs are fixed text: no grammar shaped them.
             constrained: false,
         })
+    }
+
+    fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {
+        let window = self.context_window?;
+        let tokens = render_chat(messages).split_whitespace().count();
+        Some(PromptBudget::new(tokens, window, max_new_tokens))
+    }
+
+    fn count_tokens(&mut self, text: &str) -> Option<usize> {
+        self.context_window?;
+        Some(text.split_whitespace().count())
     }
 }
 

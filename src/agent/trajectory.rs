@@ -125,6 +125,10 @@ pub struct CandidateRecord {
 pub struct RoundRecord {
     pub patterns: Vec<String>,
     pub candidates: Vec<CandidateRecord>,
+    /// The model's patterns matched nothing and the query's words were added (`widen_empty`);
+    /// `patterns` holds the widened list.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub widened: bool,
 }
 
 /// A table QA read, with the verdict of that call.

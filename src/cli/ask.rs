@@ -41,6 +41,10 @@ pub struct AgentArgs {
     /// are decoded under their JSON schema / grammar, so they always parse; thinking stays free.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub constrain: OnOff,
+    /// When a round's patterns match no table, add the query's words and search again (`off`:
+    /// the empty result goes back to the model, as in the paper).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub widen_empty: OnOff,
     /// Ablation: from the first ranking straight to QA.
     #[arg(long)]
     pub no_refine: bool,
@@ -81,6 +85,7 @@ impl AgentArgs {
             .history(self.history)
             .max_new_tokens(self.max_new_tokens.unwrap_or(default_max_new_tokens))
             .ablations(ablations)
+            .widen_empty(self.widen_empty.is_on())
             .build()?)
     }
 }

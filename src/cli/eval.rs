@@ -170,6 +170,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             "timings": !args.no_timings,
     });
     // Only where they matter, so configs of other methods stay as they were (resume compares them).
+    if args.method == Method::Tableseek {
+        options["widen_empty"] = serde_json::json!(args.agent.widen_empty);
+    }
     if dense {
         options["embed_model"] = serde_json::json!(args.encoder.model_path());
         options["embed_max_length"] = serde_json::json!(args.encoder.max_length);

@@ -2,9 +2,10 @@
 //! fallback, refine-none, unusable outputs, history, prefix sharing, trajectories.
 
 use crate::agent_support::*;
-use tableseek::agent::testing::{MemorySpace, ScriptedLlm};
+use tableseek::agent::testing::{render_chat, MemorySpace, ScriptedLlm};
 use tableseek::agent::{
-    Action, Agent, AgentConfig, AgentError, History, NoneReason, Role, StepKind, TaskType, Verdict,
+    Action, Agent, AgentConfig, AgentError, History, NoneReason, Role, StepKind, Strategy,
+    TaskType, Verdict,
 };
 
 const QUERY: &str = "What was the population of Paris, France in 2020?";
@@ -344,7 +345,11 @@ fn thinking_blocks_are_ignored_when_parsing() {
 
 #[test]
 fn nothing_ranked_falls_back_to_the_query_words_for_qa() {
-    let config = AgentConfig::builder().no_refine(true).build().unwrap();
+    let config = AgentConfig::builder()
+        .no_refine(true)
+        .widen_empty(false)
+        .build()
+        .unwrap();
     let (t, _) = run(
         config,
         QUERY,
@@ -379,9 +384,35 @@ fn nothing_ranked_even_by_the_query_words_means_no_qa() {
 }
 
 #[test]
-fn refine_can_recover_from_an_empty_ranking() {
+fn patterns_that_match_nothing_are_widened_with_the_query_words() {
     let (t, llm) = run(
         config(),
+        "How long is the Seine?",
+        &[r#"["zzz"]"#, &select(&["T0"]), "Answer: 777"],
+    );
+    assert_eq!(t.rounds.len(), 1);
+    assert!(t.rounds[0].widened);
+    assert_eq!(t.rounds[0].patterns, ["zzz", "long", "seine"]);
+    assert_eq!(t.rounds[0].candidates[0].table_id, IDS[4]);
+    // Refine saw the candidates the query's words found, under the widened patterns.
+    let refine = user_text(&llm.requests()[1]);
+    assert!(!refine.contains("no table matched"), "{refine}");
+    assert!(refine.contains("Seine,777,France"), "{refine}");
+    assert_eq!(t.final_table.as_deref(), Some(IDS[4]));
+    // A round that matched keeps the model's patterns as they were.
+    let (t, _) = run(
+        config(),
+        QUERY,
+        &[PATTERNS_FR, &select(&["T0"]), "Answer: 1"],
+    );
+    assert!(!t.rounds[0].widened);
+    assert_eq!(t.rounds[0].patterns, ["France", "Paris"]);
+}
+
+#[test]
+fn refine_can_recover_from_an_empty_ranking() {
+    let (t, llm) = run(
+        AgentConfig::builder().widen_empty(false).build().unwrap(),
         "How long is the Seine?",
         &[
             r#"["zzz"]"#,
@@ -680,4 +711,48 @@ fn the_system_message_is_shared_across_queries_and_holds_the_instructions() {
 
     let no_refine = Agent::new(AgentConfig::builder().no_refine(true).build().unwrap()).unwrap();
     assert!(!no_refine.system_prompt().contains("inspect the candidates"));
+}
+
+#[test]
+fn tables_are_cut_to_fit_the_context_window_and_say_so() {
+    // Two tables of ~3,600 whitespace tokens each against a window of 1,500 (100 kept for the
+    // reply), selected together.
+    let big = |label: &str| {
+        let rows: String = (0..400)
+            .map(|i| format!("\n{label} {i} , France , {}", 1000 + i))
+            .collect();
+        format!("city , country , population{rows}")
+    };
+    let space = MemorySpace::new([("vault/a.csv", big("Paris")), ("vault/b.csv", big("Lyon"))]);
+    let config = AgentConfig::builder()
+        .strategy(Strategy::Select { n: 5, m: 3 })
+        .max_new_tokens(100)
+        .build()
+        .unwrap();
+    let agent = Agent::new(config).unwrap();
+    let mut llm = ScriptedLlm::new([PATTERNS_FR, &select(&["T0", "T1"]), "Answer: 1000"])
+        .with_context_window(1500);
+    let t = agent
+        .run(&mut llm, &space, QUERY)
+        .expect("every prompt fits");
+    assert_eq!(t.answer, "1000");
+    let qa = render_chat(&llm.requests()[2].messages);
+    let tokens = qa.split_whitespace().count();
+    assert!(
+        (1200..=1400).contains(&tokens),
+        "QA prompt of {tokens} tokens"
+    );
+    // Both tables keep their header and a fair share of rows, and each says what it left out.
+    assert_eq!(qa.matches("city , country , population").count(), 2, "{qa}");
+    assert_eq!(qa.matches("more lines not shown]").count(), 2, "{qa}");
+    let paris = qa.matches("Paris ").count();
+    let lyon = qa.matches("Lyon ").count();
+    assert!(
+        paris > 10 && lyon > 10 && paris.abs_diff(lyon) <= 3,
+        "{paris} vs {lyon}"
+    );
+    // Without a window nothing is cut.
+    let mut unbounded = ScriptedLlm::new([PATTERNS_FR, &select(&["T0"]), "Answer: 1000"]);
+    agent.run(&mut unbounded, &space, QUERY).unwrap();
+    assert!(!user_text(&unbounded.requests()[2]).contains("not shown"));
 }

@@ -115,3 +115,44 @@ fn a_looping_chat_reply_ends_at_the_loop() {
     assert_eq!(output.stop_reason, StopReason::MaxNewTokens);
     assert_eq!(output.stats.generated_tokens, 100);
 }
+
+/// Spider's world_1 city table cut at 16,000 characters made QA prompts of 9,621–14,285 tokens
+/// against SmolLM2's 8,192: the agent must measure with the real tokenizer and cut to fit.
+#[test]
+fn number_heavy_tables_are_cut_to_the_real_context_window() {
+    use tableseek::agent::prompts::{baseline_qa, ShownTable};
+    use tableseek::agent::{fit_tables, EngineLlm, Llm, TaskType};
+    use tableseek::engine::{ChatModel, ChatModelOptions};
+
+    let model_path = gguf();
+    if !model_path.exists() {
+        eprintln!("skipping: {} not found", model_path.display());
+        return;
+    }
+    let mut model =
+        ChatModel::load(&ModelSpec::Path(model_path), &ChatModelOptions::default()).unwrap();
+    let mut llm = EngineLlm::new(&mut model);
+    let rows: String = (0..2000)
+        .map(|i| format!("\n{i}|Kabul{i}|AFG|Kabol|{}", 1_780_000 + 37 * i))
+        .collect();
+    let table = |id: &str| ShownTable {
+        id: id.into(),
+        text: format!("ID|Name|CountryCode|District|Population{rows}"),
+        score: None,
+    };
+    let query = "What is the population of Kabul1999?";
+    let build = |shown: &[ShownTable]| baseline_qa(TaskType::Tableqa, query, shown);
+    let mut shown = vec![table("T0"), table("T1")];
+    let before = llm.measure(&build(&shown), 1024).unwrap();
+    assert_eq!(before.limit, 8192 - 1024);
+    assert!(before.tokens > 2 * before.limit, "{before:?}");
+
+    assert_eq!(fit_tables(&mut llm, 1024, &mut shown, build), 2);
+    let after = llm.measure(&build(&shown), 1024).unwrap();
+    assert!(after.fits(), "{after:?}");
+    // The cut keeps most of the room, and both tables share it.
+    assert!(after.tokens * 10 >= after.limit * 9, "{after:?}");
+    let (a, b) = (shown[0].text.lines().count(), shown[1].text.lines().count());
+    assert!(a.abs_diff(b) <= 2 && a > 100, "{a} and {b} lines");
+    assert!(shown[0].text.ends_with("more lines not shown]\n"));
+}
