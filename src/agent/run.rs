@@ -510,21 +510,62 @@ const STOPWORDS: [&str; 32] = [
     "their", "its", "than", "when", "where", "not", "all", "any",
 ];
 
-/// The query's distinct content words as literal patterns; the whole query if none is left.
+/// The query's distinct content words as patterns; the whole query if none is left. Plurals
+/// match their singular too ("singers" → `singer`, "countries" → `countr(y|ies)`): questions ask
+/// about "singers" of a table whose name and header say "singer".
 fn query_patterns(query: &str) -> Vec<String> {
     let mut patterns: Vec<String> = Vec::new();
     for word in query.split(|c: char| !c.is_alphanumeric()) {
         let lower = word.to_lowercase();
-        if lower.chars().count() >= 3
-            && !STOPWORDS.contains(&lower.as_str())
-            && !patterns.contains(&lower)
-            && patterns.len() < MAX_PATTERNS
-        {
-            patterns.push(lower);
+        if lower.chars().count() < 3 || STOPWORDS.contains(&lower.as_str()) {
+            continue;
+        }
+        // A capitalized word is likely a name ("Paris", "Texas"): kept as written.
+        let is_name = word.chars().next().is_some_and(char::is_uppercase);
+        let pattern = if is_name {
+            lower
+        } else {
+            singular_pattern(&lower)
+        };
+        if !patterns.contains(&pattern) && patterns.len() < MAX_PATTERNS {
+            patterns.push(pattern);
         }
     }
     if patterns.is_empty() {
         patterns.push(regex::escape(query.trim()));
     }
     patterns
+}
+
+/// A pattern for an alphanumeric word that also matches its singular (patterns match substrings).
+fn singular_pattern(word: &str) -> String {
+    if word.chars().count() < 5 || !word.is_ascii() {
+        return word.to_string();
+    }
+    if let Some(stem) = word.strip_suffix("ies") {
+        return format!("{stem}(y|ies)");
+    }
+    match word.strip_suffix('s') {
+        Some(stem) if !stem.ends_with('s') && !stem.ends_with('u') && !stem.ends_with('i') => {
+            stem.to_string()
+        }
+        _ => word.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_words_match_their_singular() {
+        assert_eq!(
+            query_patterns("How many singers from countries of the census have cities?"),
+            ["singer", "countr(y|ies)", "census", "cit(y|ies)"]
+        );
+        assert_eq!(
+            query_patterns("Was Paris in Texas in 2020, status analysis?"),
+            ["paris", "texas", "2020", "status", "analysis"]
+        );
+    }
 }
