@@ -38,3 +38,14 @@ pub fn existing(path: PathBuf) -> Option<PathBuf> {
         None
     }
 }
+
+/// SmolLM2 loaded for chat with default options, or `None` (with a skip message) when the GGUF
+/// has not been fetched.
+pub fn smollm2_chat() -> Option<tableseek::engine::ChatModel> {
+    use tableseek::engine::{ChatModel, ChatModelOptions, ModelSpec};
+    let path = existing(smollm2_gguf())?;
+    Some(
+        ChatModel::load(&ModelSpec::Path(path), &ChatModelOptions::default())
+            .expect("SmolLM2 loads"),
+    )
+}

@@ -3,27 +3,17 @@
 //! greedy reply twice. The GGUF is `$TABLESEEK_SMOLLM2_GGUF`, else
 //! `$TABLESEEK_MODELS/smollm2-135m-instruct-q4_1.gguf`, else `models/…`; tests skip without it.
 
-use std::path::PathBuf;
-
 use tableseek::agent::parse::{self, QaVariant, RefineDecision};
 use tableseek::agent::{schemas, Strategy, TaskType, Verdict};
 use tableseek::engine::{
-    read_gguf, ChatMessage, ChatModel, ChatModelOptions, ChatOptions, Grammar, GrammarCompiler,
-    LogitsMask, LoopGuard, ModelSpec, StopReason, Tokenizer,
+    read_gguf, ChatMessage, ChatOptions, Grammar, GrammarCompiler, LogitsMask, LoopGuard,
+    StopReason, Tokenizer,
 };
 
-fn gguf() -> Option<PathBuf> {
-    let path = crate::common::smollm2_gguf();
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!("skipping: {} not found", path.display());
-        None
-    }
-}
+use crate::common::{existing, smollm2_chat, smollm2_gguf};
 
 fn tokenizer() -> Option<Tokenizer> {
-    let content = read_gguf(&gguf()?).expect("reading the GGUF");
+    let content = read_gguf(&existing(smollm2_gguf())?).expect("reading the GGUF");
     Some(Tokenizer::from_gguf(&content).expect("tokenizer from GGUF"))
 }
 
@@ -278,9 +268,9 @@ fn ids_outside_the_shown_set_cannot_be_written() {
 
 #[test]
 fn constrained_greedy_reply_is_deterministic_and_parses() {
-    let Some(path) = gguf() else { return };
-    let mut model =
-        ChatModel::load(&ModelSpec::Path(path), &ChatModelOptions::default()).expect("model");
+    let Some(mut model) = smollm2_chat() else {
+        return;
+    };
     let messages = [
         ChatMessage::new("system", "Reply with one JSON object only."),
         ChatMessage::new(
@@ -403,9 +393,9 @@ fn patterns_without_literal_text_cannot_be_closed() {
 /// and closes it.
 #[test]
 fn a_cycling_constrained_reply_still_closes_and_parses() {
-    let Some(path) = gguf() else { return };
-    let mut model =
-        ChatModel::load(&ModelSpec::Path(path), &ChatModelOptions::default()).expect("model");
+    let Some(mut model) = smollm2_chat() else {
+        return;
+    };
     let messages = [ChatMessage::new(
         "user",
         "Repeat the sentence 'The answer is:' one hundred times, as one JSON string.",

@@ -7,7 +7,7 @@ use tableseek::engine::{
     StopReason,
 };
 
-use crate::common::{shared_dir as shared, smollm2_gguf as gguf};
+use crate::common::{shared_dir as shared, smollm2_chat, smollm2_gguf as gguf};
 
 #[test]
 fn smollm2_q4_1_greedy_matches_llama_cpp() {
@@ -81,14 +81,10 @@ fn smollm2_q4_1_greedy_matches_llama_cpp() {
 /// chat calls (not raw decoding) stop so.
 #[test]
 fn a_looping_chat_reply_ends_at_the_loop() {
-    use tableseek::engine::{ChatMessage, ChatModel, ChatModelOptions, ChatOptions, LoopGuard};
-    let model_path = gguf();
-    if !model_path.exists() {
-        eprintln!("skipping: {} not found", model_path.display());
+    use tableseek::engine::{ChatMessage, ChatOptions, LoopGuard};
+    let Some(mut model) = smollm2_chat() else {
         return;
-    }
-    let mut model =
-        ChatModel::load(&ModelSpec::Path(model_path), &ChatModelOptions::default()).unwrap();
+    };
     let messages = [ChatMessage::user(
         "Repeat the sentence 'The answer is:' one hundred times.",
     )];
@@ -122,15 +118,10 @@ fn a_looping_chat_reply_ends_at_the_loop() {
 fn number_heavy_tables_are_cut_to_the_real_context_window() {
     use tableseek::agent::prompts::{baseline_qa, ShownTable};
     use tableseek::agent::{fit_tables, EngineLlm, Llm, TaskType};
-    use tableseek::engine::{ChatModel, ChatModelOptions};
 
-    let model_path = gguf();
-    if !model_path.exists() {
-        eprintln!("skipping: {} not found", model_path.display());
+    let Some(mut model) = smollm2_chat() else {
         return;
-    }
-    let mut model =
-        ChatModel::load(&ModelSpec::Path(model_path), &ChatModelOptions::default()).unwrap();
+    };
     let mut llm = EngineLlm::new(&mut model);
     let rows: String = (0..2000)
         .map(|i| format!("\n{i}|Kabul{i}|AFG|Kabol|{}", 1_780_000 + 37 * i))
