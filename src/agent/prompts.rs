@@ -98,23 +98,26 @@ fn refine_section(options: &PromptOptions) -> String {
 You see the current search patterns and previews of the best-ranked tables. Each preview shows \
 the start of the table (header kept) and rows that match the patterns. Decide:\n"
     );
+    // Every example starts with T0, the best-ranked candidate: small models copy the example's
+    // ids (SmolLM2 under the grammar selected the example's "T1" in 18 of 18 Spider questions,
+    // reading the second-best table), and the top of the ranking is the least harmful copy.
     if options.allow_select {
         let _ = match options.strategy {
             Strategy::Rerank { .. } => writeln!(
                 text,
                 "- order the candidates from most to least likely to hold the evidence for the \
 {subject}, listing every shown id; the first one will be used: \
-{{\"action\": \"rerank\", \"order\": [\"T2\", \"T0\", \"T1\"]}}"
+{{\"action\": \"rerank\", \"order\": [\"T0\", \"T2\", \"T1\"]}}"
             ),
             Strategy::Select { m: 1, .. } => writeln!(
                 text,
                 "- if a candidate holds the evidence for the {subject}, select it: \
-{{\"action\": \"select\", \"tables\": [\"T1\"]}}"
+{{\"action\": \"select\", \"tables\": [\"T0\"]}}"
             ),
             Strategy::Select { m, .. } => writeln!(
                 text,
                 "- if candidates hold the evidence for the {subject}, select them, best first, \
-at most {m}: {{\"action\": \"select\", \"tables\": [\"T1\", \"T3\"]}}"
+at most {m}: {{\"action\": \"select\", \"tables\": [\"T0\", \"T2\"]}}"
             ),
         };
     }
