@@ -172,8 +172,15 @@ impl Llm for EngineLlm<'_> {
             .model
             .render(&engine_messages(messages), self.enable_thinking)
             .ok()?;
-        let tokens = self.model.encode_prompt(&prompt).ok()?.len();
         let window = self.model.model().context_len();
+        // Every token covers at least one byte of the prompt (special tokens several), plus a BOS
+        // the tokenizer may add: a prompt with fewer bytes than the limit fits without paying
+        // for a second tokenization (the chat call tokenizes it again).
+        let upper_bound = PromptBudget::new(prompt.len() + 1, window, max_new_tokens);
+        if upper_bound.fits() {
+            return Some(upper_bound);
+        }
+        let tokens = self.model.encode_prompt(&prompt).ok()?.len();
         Some(PromptBudget::new(tokens, window, max_new_tokens))
     }
 

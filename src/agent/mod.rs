@@ -168,7 +168,8 @@ pub trait Llm {
 
     /// The prompt's size under this backend's tokenizer and chat template, against the most
     /// that leaves `max_new_tokens` of room in its context window; the agent cuts table text
-    /// until it fits ([`fit_tables`]). `None` (the default): no window to respect.
+    /// until it fits ([`fit_tables`]). `tokens` may be an upper bound when that bound fits.
+    /// `None` (the default): no window to respect.
     fn measure(
         &mut self,
         _messages: &[ChatMessage],
