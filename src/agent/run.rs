@@ -287,6 +287,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             patterns: patterns.clone(),
             candidates,
             widened,
+            history_restarted: false,
         });
         self.patterns = patterns;
     }
@@ -323,6 +324,16 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                     score: Some(r.score),
                 })
                 .collect();
+            if self.config.history == History::Full
+                && !conversation.is_empty()
+                && self.history_crowds_out_previews(&conversation, &previews)
+            {
+                conversation.clear();
+                if let Some(round) = self.trajectory.rounds.last_mut() {
+                    round.history_restarted = true;
+                }
+                debug!("refine history restarted: the earlier rounds left too little room");
+            }
             let build = |previews: &[ShownTable]| match self.config.history {
                 History::Full if !conversation.is_empty() => {
                     let mut messages = conversation.clone();
@@ -400,6 +411,29 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 }
             }
         }
+    }
+
+    /// Whether a `full`-history refine round should start a fresh conversation: the earlier
+    /// rounds plus this round's previews overflow the window, and the earlier rounds alone take
+    /// more than half of it. Cutting the previews instead would show the model less of the new
+    /// candidates with every round; a restart costs one uncached prompt and keeps them whole.
+    fn history_crowds_out_previews(
+        &mut self,
+        conversation: &[ChatMessage],
+        previews: &[ShownTable],
+    ) -> bool {
+        let max_new_tokens = self.config.max_new_tokens;
+        let mut continued = conversation.to_vec();
+        continued.push(self.prompts.refine_followup(&self.patterns, previews));
+        let fits = self
+            .llm
+            .measure(&continued, max_new_tokens)
+            .is_none_or(|budget| budget.fits());
+        !fits
+            && self
+                .llm
+                .measure(conversation, max_new_tokens)
+                .is_some_and(|history| history.tokens > history.limit / 2)
     }
 
     /// The model's order replaces the shown head of the ranking (unlisted shown candidates follow

@@ -129,6 +129,10 @@ pub struct RoundRecord {
     /// `patterns` holds the widened list.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub widened: bool,
+    /// `--history full`: the earlier rounds' conversation no longer left room for this round's
+    /// previews, so this round's refine prompt started a fresh conversation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub history_restarted: bool,
 }
 
 /// A table QA read, with the verdict of that call.

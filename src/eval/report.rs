@@ -132,7 +132,7 @@ impl Summary {
 type Column = (&'static str, fn(&Summary) -> Option<f64>);
 
 /// The main-results columns; a column is shown when some run has a value for it.
-const COLUMNS: [Column; 19] = [
+const COLUMNS: [Column; 20] = [
     ("R@1", |s| Some(s.metrics.aggregate.r_at_1)),
     ("R@3", |s| Some(s.metrics.aggregate.r_at_3)),
     ("R@5", |s| Some(s.metrics.aggregate.r_at_5)),
@@ -150,6 +150,11 @@ const COLUMNS: [Column; 19] = [
     ("parsed", |s| s.metrics.action_parse_rate),
     ("steps", |s| Some(s.metrics.avg_steps)),
     ("prompt tok", |s| Some(s.metrics.avg_prompt_tokens)),
+    // Share of prompt tokens whose KV came from the prefix cache (the history modes' point).
+    ("cached", |s| {
+        let m = &s.metrics;
+        (m.avg_prompt_tokens > 0.0).then(|| m.avg_cached_tokens / m.avg_prompt_tokens)
+    }),
     ("s/query", |s| Some(s.metrics.avg_ms.total / 1e3)),
     ("errors", |s| (s.errors > 0).then_some(s.errors as f64)),
 ];

@@ -756,3 +756,64 @@ fn tables_are_cut_to_fit_the_context_window_and_say_so() {
     agent.run(&mut unbounded, &space, QUERY).unwrap();
     assert!(!user_text(&unbounded.requests()[2]).contains("not shown"));
 }
+
+#[test]
+fn full_history_restarts_the_conversation_when_earlier_rounds_crowd_out_the_previews() {
+    // Two tables whose previews take ~100 whitespace tokens each against a window of 1,000 (100
+    // kept for the reply): a conversation holds a few rounds, not five.
+    let wide = |label: &str| {
+        let rows: String = (0..10)
+            .map(|i| format!("\n{label} {i} , {}", "river bank stone ".repeat(12)))
+            .collect();
+        format!("name , notes{rows}")
+    };
+    let space = MemorySpace::new([("a.csv", wide("Seine")), ("b.csv", wide("Loire"))]);
+    let config = AgentConfig::builder()
+        .history(History::Full)
+        .max_steps(10)
+        .max_new_tokens(100)
+        .build()
+        .unwrap();
+    let agent = Agent::new(config).unwrap();
+    let regen = regenerate(&["river", "stone"]);
+    let outputs = [
+        r#"["river"]"#,
+        &regen,
+        &regen,
+        &regen,
+        &regen,
+        &select(&["T0"]),
+        "Answer: 777",
+    ];
+    let mut llm = ScriptedLlm::new(outputs).with_context_window(1000);
+    let t = agent
+        .run(&mut llm, &space, "How long is the Seine?")
+        .expect("every round fits");
+    assert_eq!(t.answer, "777");
+    let refine_lens: Vec<usize> = llm.requests()[1..6]
+        .iter()
+        .map(|r| r.messages.len())
+        .collect();
+    // Rounds continue one conversation until the next would overflow, then start afresh.
+    assert_eq!(refine_lens[0], 2);
+    assert!(refine_lens.contains(&4), "{refine_lens:?}");
+    assert!(
+        refine_lens.windows(2).any(|w| w[0] > 2 && w[1] == 2),
+        "no restart: {refine_lens:?}"
+    );
+    // Each refine call shows the newest round; a fresh two-message prompt after the first is a
+    // restart, and the round says so.
+    let restarted: Vec<bool> = t.rounds.iter().map(|r| r.history_restarted).collect();
+    let expected: Vec<bool> = refine_lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| i > 0 && len == 2)
+        .collect();
+    assert_eq!(restarted, expected);
+    for request in &llm.requests()[1..6] {
+        let text = render_chat(&request.messages);
+        assert!(text.split_whitespace().count() <= 900);
+        // The previews were never cut to make the history fit.
+        assert!(!text.contains("not shown"), "{text}");
+    }
+}
