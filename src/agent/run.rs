@@ -324,26 +324,47 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                     score: Some(r.score),
                 })
                 .collect();
-            if self.config.history == History::Full
-                && !conversation.is_empty()
-                && self.history_crowds_out_previews(&conversation, &previews)
+            let continues = self.config.history == History::Full && !conversation.is_empty();
+            let uncut = if continues {
+                previews.clone()
+            } else {
+                Vec::new()
+            };
+            let max_new_tokens = self.config.max_new_tokens;
+            let (prompts, query, patterns) = (&self.prompts, self.query, &self.patterns);
+            let build = |conversation: &[ChatMessage], previews: &[ShownTable]| {
+                if conversation.is_empty() {
+                    prompts.refine(query, patterns, previews)
+                } else {
+                    let mut messages = conversation.to_vec();
+                    messages.push(prompts.refine_followup(patterns, previews));
+                    messages
+                }
+            };
+            let cut = fit_tables(self.llm, max_new_tokens, &mut previews, |p| {
+                build(&conversation, p)
+            });
+            // Cutting the new previews to make room for the earlier rounds would show the model
+            // less of each round's candidates; once the earlier rounds take more than half the
+            // window, a fresh conversation (one uncached prompt) keeps the previews whole.
+            if cut > 0
+                && continues
+                && self
+                    .llm
+                    .measure(&conversation, max_new_tokens)
+                    .is_some_and(|history| history.tokens > history.limit / 2)
             {
                 conversation.clear();
+                previews = uncut;
                 if let Some(round) = self.trajectory.rounds.last_mut() {
                     round.history_restarted = true;
                 }
                 debug!("refine history restarted: the earlier rounds left too little room");
+                fit_tables(self.llm, max_new_tokens, &mut previews, |p| {
+                    build(&conversation, p)
+                });
             }
-            let build = |previews: &[ShownTable]| match self.config.history {
-                History::Full if !conversation.is_empty() => {
-                    let mut messages = conversation.clone();
-                    messages.push(self.prompts.refine_followup(&self.patterns, previews));
-                    messages
-                }
-                _ => self.prompts.refine(self.query, &self.patterns, previews),
-            };
-            fit_tables(self.llm, self.config.max_new_tokens, &mut previews, build);
-            let messages = build(&previews);
+            let messages = build(&conversation, &previews);
             if self.config.history == History::Full {
                 conversation = messages.clone();
             }
@@ -411,29 +432,6 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 }
             }
         }
-    }
-
-    /// Whether a `full`-history refine round should start a fresh conversation: the earlier
-    /// rounds plus this round's previews overflow the window, and the earlier rounds alone take
-    /// more than half of it. Cutting the previews instead would show the model less of the new
-    /// candidates with every round; a restart costs one uncached prompt and keeps them whole.
-    fn history_crowds_out_previews(
-        &mut self,
-        conversation: &[ChatMessage],
-        previews: &[ShownTable],
-    ) -> bool {
-        let max_new_tokens = self.config.max_new_tokens;
-        let mut continued = conversation.to_vec();
-        continued.push(self.prompts.refine_followup(&self.patterns, previews));
-        let fits = self
-            .llm
-            .measure(&continued, max_new_tokens)
-            .is_none_or(|budget| budget.fits());
-        !fits
-            && self
-                .llm
-                .measure(conversation, max_new_tokens)
-                .is_some_and(|history| history.tokens > history.limit / 2)
     }
 
     /// The model's order replaces the shown head of the ranking (unlisted shown candidates follow
