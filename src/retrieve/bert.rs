@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::bert_cpu::CpuBertLayer;
 use crate::engine::Tokenizer;
 
 /// Why a model could not be loaded or run.
@@ -275,31 +276,63 @@ impl BertLayer {
     }
 }
 
+/// The encoder layers: fused on CPU (see `bert_cpu`), candle ops elsewhere.
+enum Layers {
+    Candle(Vec<BertLayer>),
+    Cpu(Vec<CpuBertLayer>),
+}
+
 /// The BERT encoder stack without the pooler (sentence-transformers pools the hidden states).
 struct BertModel {
     embeddings: BertEmbeddings,
-    layers: Vec<BertLayer>,
+    layers: Layers,
 }
 
 impl BertModel {
-    fn load(vb: VarBuilder, cfg: &BertConfig) -> Result<Self> {
+    fn load(vb: VarBuilder, cfg: &BertConfig, fused_cpu: bool) -> Result<Self> {
         let embeddings = BertEmbeddings::load(vb.pp("embeddings"), cfg)?;
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|i| BertLayer::load(vb.pp(format!("encoder.layer.{i}")), cfg))
-            .collect::<Result<Vec<_>>>()?;
+        let layer_vb = |i: usize| vb.pp(format!("encoder.layer.{i}"));
+        let layers = if fused_cpu {
+            Layers::Cpu(
+                (0..cfg.num_hidden_layers)
+                    .map(|i| CpuBertLayer::load(layer_vb(i), cfg))
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        } else {
+            Layers::Candle(
+                (0..cfg.num_hidden_layers)
+                    .map(|i| BertLayer::load(layer_vb(i), cfg))
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        };
         Ok(Self { embeddings, layers })
     }
 
-    fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    /// `mask`: (batch, seq), 1 for the first `lengths[i]` tokens of row i, 0 after (right padding).
+    fn forward(&self, ids: &Tensor, mask: &Tensor, lengths: &[usize]) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        // Masked keys get -1e4 less than the rest: after softmax their weight is exp(-1e4) = 0 in f32,
-        // exactly what HF's dtype-minimum bias gives, without risking -inf - -inf.
-        let bias = ((mask.to_dtype(DType::F32)? - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
         let mut xs = self.embeddings.forward(ids)?;
-        for layer in &self.layers {
-            xs = layer.forward(&xs, &bias)?;
+        match &self.layers {
+            Layers::Candle(layers) => {
+                // Masked keys get -1e4 less than the rest: after softmax their weight is exp(-1e4)
+                // = 0 in f32, exactly what HF's dtype-minimum bias gives, without risking
+                // -inf - -inf.
+                let bias = ((mask.to_dtype(DType::F32)? - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
+                for layer in layers {
+                    xs = layer.forward(&xs, &bias)?;
+                }
+                Ok(xs)
+            }
+            Layers::Cpu(layers) => {
+                let shape = xs.shape().clone();
+                let mut data = xs.flatten_all()?.to_vec1::<f32>()?;
+                let threads = candle_core::utils::get_num_threads();
+                for layer in layers {
+                    data = layer.forward(&data, lengths, t, threads);
+                }
+                Ok(Tensor::from_vec(data, shape, xs.device())?)
+            }
         }
-        Ok(xs)
     }
 }
 
@@ -358,7 +391,7 @@ impl BertEncoder {
         } else {
             vb
         };
-        let model = BertModel::load(vb, &config)?;
+        let model = BertModel::load(vb, &config, device.is_cpu())?;
         Ok(Self {
             model,
             tokenizer,
@@ -380,6 +413,15 @@ impl BertEncoder {
     /// Embedding width.
     pub fn dim(&self) -> usize {
         self.config.hidden_size
+    }
+
+    /// Which forward pass runs: `"cpu-fused-1"` (see `bert_cpu`) or `"candle"`. The two agree to
+    /// about 1e-6, not bit for bit, so embedding caches key on it.
+    pub fn kernels(&self) -> &'static str {
+        match self.model.layers {
+            Layers::Cpu(_) => "cpu-fused-1",
+            Layers::Candle(_) => "candle",
+        }
     }
 
     /// SHA-256 (hex) over the config and the weights: two encoders with the same fingerprint and
@@ -466,7 +508,8 @@ impl BertEncoder {
         let shape = (batch.len(), width);
         let ids = Tensor::from_vec(ids, shape, &self.device)?;
         let mask = Tensor::from_vec(mask, shape, &self.device)?;
-        let hidden = self.model.forward(&ids, &mask)?;
+        let lengths: Vec<usize> = batch.iter().map(|ids| ids.len()).collect();
+        let hidden = self.model.forward(&ids, &mask, &lengths)?;
         // Mean over real tokens only: padding rows of `hidden` are not zero.
         let summed = hidden.broadcast_mul(&mask.unsqueeze(2)?)?.sum(1)?;
         let counts = mask.sum_keepdim(1)?.clamp(1e-9, f64::MAX)?;
@@ -504,6 +547,124 @@ fn fingerprint(config: &[u8], weights: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A random BERT (deterministic values) as a VarBuilder over plain tensors.
+    fn tiny_bert(cfg: &BertConfig) -> VarBuilder<'static> {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let mut tensors = std::collections::HashMap::new();
+        let mut add = |name: String, shape: &[usize], offset: f32| {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = (0..n).map(|_| next() * 0.4 + offset).collect();
+            tensors.insert(name, Tensor::from_vec(values, shape, &Device::Cpu).unwrap());
+        };
+        let h = cfg.hidden_size;
+        add(
+            "embeddings.word_embeddings.weight".into(),
+            &[cfg.vocab_size, h],
+            0.0,
+        );
+        add(
+            "embeddings.position_embeddings.weight".into(),
+            &[cfg.max_position_embeddings, h],
+            0.0,
+        );
+        add(
+            "embeddings.token_type_embeddings.weight".into(),
+            &[cfg.type_vocab_size, h],
+            0.0,
+        );
+        let norm = |add: &mut dyn FnMut(String, &[usize], f32), prefix: String| {
+            add(format!("{prefix}.weight"), &[h], 1.0);
+            add(format!("{prefix}.bias"), &[h], 0.0);
+        };
+        norm(&mut add, "embeddings.LayerNorm".into());
+        for i in 0..cfg.num_hidden_layers {
+            let l = format!("encoder.layer.{i}");
+            for (name, outputs, inputs) in [
+                ("attention.self.query", h, h),
+                ("attention.self.key", h, h),
+                ("attention.self.value", h, h),
+                ("attention.output.dense", h, h),
+                ("intermediate.dense", cfg.intermediate_size, h),
+                ("output.dense", h, cfg.intermediate_size),
+            ] {
+                add(format!("{l}.{name}.weight"), &[outputs, inputs], 0.0);
+                add(format!("{l}.{name}.bias"), &[outputs], 0.0);
+            }
+            norm(&mut add, format!("{l}.attention.output.LayerNorm"));
+            norm(&mut add, format!("{l}.output.LayerNorm"));
+        }
+        VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu)
+    }
+
+    #[test]
+    fn fused_cpu_layers_match_the_candle_layers() {
+        let cfg: BertConfig = serde_json::from_str(
+            r#"{"vocab_size":50,"hidden_size":48,"num_hidden_layers":2,"num_attention_heads":4,
+                "intermediate_size":96,"max_position_embeddings":64}"#,
+        )
+        .unwrap();
+        let vb = tiny_bert(&cfg);
+        let candle = BertModel::load(vb.clone(), &cfg, false).unwrap();
+        let fused = BertModel::load(vb, &cfg, true).unwrap();
+        // Three texts of 37, 21 and 2 tokens, right-padded to 37.
+        let lengths = [37usize, 21, 2];
+        let width = 37;
+        let mut ids = Vec::new();
+        let mut mask = Vec::new();
+        for (row, &len) in lengths.iter().enumerate() {
+            for j in 0..width {
+                ids.push(if j < len {
+                    ((row * 31 + j * 7) % 50) as u32
+                } else {
+                    0
+                });
+                mask.push(if j < len { 1f32 } else { 0f32 });
+            }
+        }
+        let ids = Tensor::from_vec(ids, (3, width), &Device::Cpu).unwrap();
+        let mask = Tensor::from_vec(mask, (3, width), &Device::Cpu).unwrap();
+        let expected = candle.forward(&ids, &mask, &lengths).unwrap();
+        let got = fused.forward(&ids, &mask, &lengths).unwrap();
+        assert_eq!(expected.dims(), got.dims());
+        let worst = (expected - got)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(worst < 1e-4, "largest difference {worst}");
+    }
+
+    #[test]
+    fn fused_cpu_layer_gives_the_same_bits_on_one_thread_and_several() {
+        let cfg: BertConfig = serde_json::from_str(
+            r#"{"vocab_size":50,"hidden_size":48,"num_hidden_layers":1,"num_attention_heads":4,
+                "intermediate_size":96,"max_position_embeddings":64}"#,
+        )
+        .unwrap();
+        let layer = CpuBertLayer::load(tiny_bert(&cfg).pp("encoder.layer.0"), &cfg).unwrap();
+        let lengths = [40usize, 33, 5, 17];
+        let xs: Vec<f32> = (0..4 * 40 * 48)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let one = layer.forward(&xs, &lengths, 40, 1);
+        let four = layer.forward(&xs, &lengths, 40, 4);
+        assert!(one
+            .iter()
+            .zip(&four)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
 
     #[test]
     fn config_rejects_other_activations() {

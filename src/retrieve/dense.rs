@@ -47,9 +47,13 @@ impl TextEncoder for BertEncoder {
     }
 
     fn identity(&self) -> Vec<u8> {
-        // The bytes format-1 caches were keyed on, so existing MiniLM caches stay valid.
+        // The bytes format-1 caches were keyed on (candle's forward pass), so those caches stay
+        // valid where that pass still runs; the fused CPU pass differs in the last bits.
         let mut bytes = self.fingerprint().as_bytes().to_vec();
         bytes.extend_from_slice(&(self.options().max_length as u64).to_le_bytes());
+        if self.kernels() != "candle" {
+            bytes.extend_from_slice(self.kernels().as_bytes());
+        }
         bytes
     }
 }

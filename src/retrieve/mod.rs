@@ -2,6 +2,7 @@
 //! LLM with last-token pooling), and an LLM reranker (Qwen3-Reranker format) over a dense ranking.
 
 pub mod bert;
+mod bert_cpu;
 pub mod bm25;
 pub mod dense;
 pub mod llm_embed;
