@@ -33,11 +33,16 @@ fn main() -> anyhow::Result<()> {
         Some(other) => bail!("unknown weights mode {other}"),
     };
     let prefill_chunk: Option<usize> = args.get(6).map(|s| s.parse()).transpose()?;
-    if let Some(threads) = args.get(5) {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.parse()?)
-            .build_global()?;
-    }
+    let threads: usize = match args.get(5) {
+        Some(threads) => threads.parse()?,
+        None => candle_core::utils::get_num_threads(),
+    };
+    // As the CLI does: with neither variable set, candle re-reads /proc/cpuinfo on every matmul.
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    std::env::set_var("CANDLE_NUM_THREADS", threads.to_string());
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()?;
     let opts = LoadOptions {
         quantized,
         prefill_chunk,

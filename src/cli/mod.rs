@@ -67,9 +67,7 @@ pub fn init_tracing(verbose: u8) {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    if let Some(model) = cli.command.model_args() {
-        model.init_threads()?;
-    }
+    model_args::init_threads(cli.command.model_args().and_then(|model| model.threads))?;
     match cli.command {
         Command::Corpus(cmd) => corpus::run(cmd),
         Command::Grep(args) => grep::run(args),

@@ -27,6 +27,8 @@
 //! ```
 
 pub mod config;
+pub(crate) mod cpu_attention;
+pub(crate) mod cpu_kernels;
 pub mod device;
 pub mod error;
 pub mod generate;

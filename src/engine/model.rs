@@ -12,6 +12,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Architecture, Config};
+use super::cpu_attention;
 use super::error::{EngineError, Result};
 use super::kv_cache::KvCache;
 use super::rope::Rope;
@@ -137,6 +138,8 @@ struct ChunkInputs {
     cos: Tensor,
     sin: Tensor,
     mask: Option<Tensor>,
+    /// Left padding per sequence (empty when none), for the CPU attention kernel.
+    pads: Vec<usize>,
 }
 
 enum Want {
@@ -443,6 +446,11 @@ impl Model {
             cos,
             sin,
             mask,
+            pads: if pads.iter().all(|&p| p == 0) {
+                Vec::new()
+            } else {
+                pads.to_vec()
+            },
         })
     }
 
@@ -486,21 +494,26 @@ impl Model {
         // Query head h uses KV head h / groups: heads of one group become extra rows.
         let q = q.reshape((b, n_kv, groups * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
-        // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose ~0.4% per
-        // logit, which the exponential turns into visible attention errors.
-        let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
-        if let Some(mask) = &inp.mask {
-            scores = scores
-                .reshape((b, n_kv, groups, t, len))?
-                .broadcast_add(mask)?
-                .reshape((b, n_kv, groups * t, len))?;
-        }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
-        let attn = probs
-            .matmul(&v_all)?
-            .reshape((b, n_head, t, hd))?
-            .transpose(1, 2)?
-            .reshape((b, t, n_head * hd))?;
+        let attn = match cpu_attention::attention(&q, &k_all, &v_all, t, &inp.pads, scale as f32)? {
+            Some(attn) => attn,
+            None => {
+                // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose
+                // ~0.4% per logit, which the exponential turns into visible attention errors.
+                let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
+                if let Some(mask) = &inp.mask {
+                    scores = scores
+                        .reshape((b, n_kv, groups, t, len))?
+                        .broadcast_add(mask)?
+                        .reshape((b, n_kv, groups * t, len))?;
+                }
+                let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
+                probs
+                    .matmul(&v_all)?
+                    .reshape((b, n_head, t, hd))?
+                    .transpose(1, 2)?
+                    .reshape((b, t, n_head * hd))?
+            }
+        };
         let x = (x + l.o.forward(&attn)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
         let mlp = (candle_nn::ops::silu(&l.gate.forward(&h)?)? * l.up.forward(&h)?)?;
