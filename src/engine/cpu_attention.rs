@@ -11,24 +11,9 @@
 
 use candle_core::{DType, Device, Layout, Storage, StorageRef, Tensor};
 use gemm::Parallelism;
-use rayon::prelude::*;
 
-use super::cpu_kernels::{causal_softmax_rows_in_place, matmul, View};
+use super::cpu_kernels::{causal_softmax_rows_in_place, matmul, parallel_ranges, SharedOut, View};
 use super::error::Result;
-
-/// A raw output pointer shared by tasks that write disjoint columns.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: each task writes only its own head's columns; the buffer outlives the parallel loop.
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// Through a method, so closures capture the whole (Sync) wrapper, not the raw pointer field.
-    fn ptr(self) -> *mut f32 {
-        self.0
-    }
-}
 
 thread_local! {
     /// Scores and context rows reused across heads and calls: fresh buffers would be allocated
@@ -177,12 +162,7 @@ pub(crate) fn attention(
             }
         });
     };
-    let tasks = b * n_kv;
-    if candle_core::utils::get_num_threads() > 1 && tasks > 1 {
-        (0..tasks).into_par_iter().for_each(kv_head_task);
-    } else {
-        (0..tasks).for_each(kv_head_task);
-    }
+    parallel_ranges(b * n_kv, |tasks| tasks.for_each(kv_head_task));
     Ok(Some(Tensor::from_vec(out, (b, t, out_row), q.device())?))
 }
 

@@ -14,6 +14,7 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use super::config::{Architecture, Config};
+use super::cpu_q8::{self, Q8Rows};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::model::{Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
@@ -421,6 +422,12 @@ impl GgufWeights {
             let exact = QMatMul::Tensor(dense.to_dtype(self.dtype)?);
             let q8_fits = inp.is_multiple_of(GgmlDType::Q8_0.block_size());
             if self.quantized == QuantizedWeights::DenseWithQ8Decode && q8_fits {
+                if device.is_cpu() && self.dtype == DType::F32 && cpu_q8::supported() {
+                    let values = dense.flatten_all()?.to_vec1::<f32>()?;
+                    if let Some(rows) = Q8Rows::quantize(&values, out, inp) {
+                        return Ok(Linear::with_q8_rows(exact, rows));
+                    }
+                }
                 let q8 = QTensor::quantize(&dense, GgmlDType::Q8_0)?;
                 return Ok(Linear::with_single_row(exact, QMatMul::from_qtensor(q8)?));
             }

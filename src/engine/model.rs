@@ -13,6 +13,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Architecture, Config};
 use super::cpu_attention;
+use super::cpu_q8::Q8Rows;
 use super::error::{EngineError, Result};
 use super::kv_cache::KvCache;
 use super::rope::Rope;
@@ -30,6 +31,8 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 pub(crate) struct Linear {
     inner: QMatMul,
     single_row: Option<QMatMul>,
+    /// The single-row copy for CPUs with AVX-512 VNNI (see `cpu_q8`), instead of `single_row`.
+    q8_rows: Option<Q8Rows>,
 }
 
 impl Linear {
@@ -37,6 +40,7 @@ impl Linear {
         Self {
             inner,
             single_row: None,
+            q8_rows: None,
         }
     }
 
@@ -44,11 +48,35 @@ impl Linear {
         Self {
             inner,
             single_row: Some(single_row),
+            q8_rows: None,
+        }
+    }
+
+    pub(crate) fn with_q8_rows(inner: QMatMul, q8_rows: Q8Rows) -> Self {
+        Self {
+            inner,
+            single_row: None,
+            q8_rows: Some(q8_rows),
         }
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let rows = x.elem_count() / x.dim(candle_core::D::Minus1)?;
+        let cols = x.dim(candle_core::D::Minus1)?;
+        let rows = x.elem_count() / cols;
+        if let (Some(q8), 1, true, DType::F32) =
+            (&self.q8_rows, rows, x.device().is_cpu(), x.dtype())
+        {
+            if q8.cols() == cols {
+                let values = x.flatten_all()?.to_vec1::<f32>()?;
+                if let Some(out) = q8.matvec(&values) {
+                    let mut dims = x.dims().to_vec();
+                    if let Some(last) = dims.last_mut() {
+                        *last = q8.rows();
+                    }
+                    return Ok(Tensor::from_vec(out, dims, x.device())?);
+                }
+            }
+        }
         let mm = match &self.single_row {
             Some(q) if rows == 1 => q,
             _ => &self.inner,
