@@ -1,5 +1,5 @@
 //! Grouped-query attention for one prefill chunk or decode step on CPU, in one pass per
-//! (sequence, head): scores by `gemm` on strided views of Q and of the KV cache (read in place),
+//! (sequence, KV head): scores by `gemm` on strided views of Q and of the KV cache (read in place),
 //! a masked softmax with a vectorized exp, and the weighted sum of values written straight into
 //! the `(batch, t, heads · head_dim)` rows the output projection reads.
 //!
@@ -17,7 +17,8 @@ use super::error::Result;
 
 thread_local! {
     /// Scores and context rows reused across heads and calls: fresh buffers would be allocated
-    /// and zeroed for every KV head of every layer.
+    /// and zeroed for every KV head of every layer. It keeps its largest size (groups · chunk ·
+    /// context floats per thread, 12 MB for SmolLM2 at 8k tokens).
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
