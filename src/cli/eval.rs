@@ -87,7 +87,12 @@ fn shared_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
 }
 
+/// The revision the binary was built from (see build.rs); failing that, the source checkout's HEAD
+/// at run time. Uncommitted changes are not recorded either way.
 fn git_revision() -> Option<String> {
+    if let Some(built) = option_env!("TABLESEEK_BUILD_REVISION") {
+        return Some(built.to_string());
+    }
     let output = std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
