@@ -165,9 +165,58 @@ struct ChunkInputs {
     device: Device,
     cos: Tensor,
     sin: Tensor,
-    mask: Option<Tensor>,
-    /// Left padding per sequence (empty when none), for the CPU attention kernel.
+    /// The chunk's first position and length.
+    pos: usize,
+    t: usize,
+    /// Left padding per sequence (empty when none).
     pads: Vec<usize>,
+    /// The additive mask for candle's attention ops, built the first time a layer needs it: the
+    /// CPU kernel masks by position and never does (for a 6k-token prompt the mask is 768k
+    /// values per chunk).
+    mask: std::cell::OnceCell<Option<Tensor>>,
+}
+
+impl ChunkInputs {
+    fn mask(&self) -> Result<Option<&Tensor>> {
+        if let Some(mask) = self.mask.get() {
+            return Ok(mask.as_ref());
+        }
+        let built = self.build_mask()?;
+        Ok(self.mask.get_or_init(|| built).as_ref())
+    }
+
+    fn build_mask(&self) -> Result<Option<Tensor>> {
+        let (pos, t) = (self.pos, self.t);
+        let len = pos + t;
+        // Row i of a chunk (position pos + i) sees keys 0..=pos + i, minus its row's padding.
+        // A padding query still sees itself, so no softmax row is all -inf (NaN would leak
+        // into real rows through 0 * NaN in the value product).
+        let visible = |pad: usize, i: usize, j: usize| j <= pos + i && (j >= pad || j == pos + i);
+        let rows = |pad: usize| {
+            (0..t).flat_map(move |i| {
+                (0..len).map(move |j| {
+                    if visible(pad, i, j) {
+                        0.0f32
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+            })
+        };
+        if self.pads.is_empty() {
+            if t == 1 {
+                return Ok(None);
+            }
+            let data: Vec<f32> = rows(0).collect();
+            return Ok(Some(Tensor::from_vec(data, (t, len), &self.device)?));
+        }
+        let data: Vec<f32> = self.pads.iter().flat_map(|&pad| rows(pad)).collect();
+        Ok(Some(Tensor::from_vec(
+            data,
+            (self.pads.len(), 1, 1, t, len),
+            &self.device,
+        )?))
+    }
 }
 
 enum Want {
@@ -430,55 +479,18 @@ impl Model {
         device: &Device,
     ) -> Result<ChunkInputs> {
         let (cos, sin) = self.rope.tables(pos, t, self.dtype, device)?;
-        let len = pos + t;
-        // Row i of a chunk (position pos + i) sees keys 0..=pos + i, minus its row's padding.
-        // A padding query still sees itself, so no softmax row is all -inf (NaN would leak
-        // into real rows through 0 * NaN in the value product).
-        let visible = |pad: usize, i: usize, j: usize| j <= pos + i && (j >= pad || j == pos + i);
-        let mask = if pads.iter().all(|&p| p == 0) {
-            if t > 1 {
-                let data: Vec<f32> = (0..t)
-                    .flat_map(|i| {
-                        (0..len).map(move |j| {
-                            if visible(0, i, j) {
-                                0.0
-                            } else {
-                                f32::NEG_INFINITY
-                            }
-                        })
-                    })
-                    .collect();
-                Some(Tensor::from_vec(data, (t, len), device)?)
-            } else {
-                None
-            }
-        } else {
-            let data: Vec<f32> = pads
-                .iter()
-                .flat_map(|&pad| {
-                    (0..t).flat_map(move |i| {
-                        (0..len).map(move |j| {
-                            if visible(pad, i, j) {
-                                0.0
-                            } else {
-                                f32::NEG_INFINITY
-                            }
-                        })
-                    })
-                })
-                .collect();
-            Some(Tensor::from_vec(data, (pads.len(), 1, 1, t, len), device)?)
-        };
         Ok(ChunkInputs {
             device: device.clone(),
             cos,
             sin,
-            mask,
+            pos,
+            t,
             pads: if pads.iter().all(|&p| p == 0) {
                 Vec::new()
             } else {
                 pads.to_vec()
             },
+            mask: std::cell::OnceCell::new(),
         })
     }
 
@@ -528,7 +540,7 @@ impl Model {
                 // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose
                 // ~0.4% per logit, which the exponential turns into visible attention errors.
                 let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
-                if let Some(mask) = &inp.mask {
+                if let Some(mask) = inp.mask()? {
                     scores = scores
                         .reshape((b, n_kv, groups, t, len))?
                         .broadcast_add(mask)?

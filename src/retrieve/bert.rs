@@ -548,6 +548,17 @@ fn fingerprint(config: &[u8], weights: &Path) -> Result<String> {
 mod tests {
     use super::*;
 
+    fn tiny_config(layers: usize) -> BertConfig {
+        BertConfig {
+            num_hidden_layers: layers,
+            ..serde_json::from_str(
+                r#"{"vocab_size":50,"hidden_size":48,"num_hidden_layers":1,
+                    "num_attention_heads":4,"intermediate_size":96,"max_position_embeddings":64}"#,
+            )
+            .unwrap()
+        }
+    }
+
     /// A random BERT (deterministic values) as a VarBuilder over plain tensors.
     fn tiny_bert(cfg: &BertConfig) -> VarBuilder<'static> {
         let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -605,11 +616,7 @@ mod tests {
 
     #[test]
     fn fused_cpu_layers_match_the_candle_layers() {
-        let cfg: BertConfig = serde_json::from_str(
-            r#"{"vocab_size":50,"hidden_size":48,"num_hidden_layers":2,"num_attention_heads":4,
-                "intermediate_size":96,"max_position_embeddings":64}"#,
-        )
-        .unwrap();
+        let cfg = tiny_config(2);
         let vb = tiny_bert(&cfg);
         let candle = BertModel::load(vb.clone(), &cfg, false).unwrap();
         let fused = BertModel::load(vb, &cfg, true).unwrap();
@@ -648,11 +655,7 @@ mod tests {
 
     #[test]
     fn fused_cpu_layer_gives_the_same_bits_on_one_thread_and_several() {
-        let cfg: BertConfig = serde_json::from_str(
-            r#"{"vocab_size":50,"hidden_size":48,"num_hidden_layers":1,"num_attention_heads":4,
-                "intermediate_size":96,"max_position_embeddings":64}"#,
-        )
-        .unwrap();
+        let cfg = tiny_config(1);
         let layer = CpuBertLayer::load(tiny_bert(&cfg).pp("encoder.layer.0"), &cfg).unwrap();
         let lengths = [40usize, 33, 5, 17];
         let xs: Vec<f32> = (0..4 * 40 * 48)
