@@ -30,7 +30,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<String>,
     /// GGUF weights in memory: `as-stored` (least memory), `dense` (exact, 8x memory for 4-bit),
-    /// `dense-q8` (dense prefill + Q8_0 decode: fastest on CPU), or `auto`: dense-q8 for GGUF
+    /// `dense-q8` (dense prefill + 8-bit or as-stored 4-bit decode: fastest on CPU), or `auto`: dense-q8 for GGUF
     /// files up to 512 MiB on CPU, as-stored otherwise.
     #[arg(long, default_value = "auto")]
     pub weights: String,

@@ -9,8 +9,10 @@
 
 use super::cpu_kernels::{parallel_ranges, SharedOut};
 
-/// Values per quantization block (ggml's Q8_0).
-const BLOCK: usize = 32;
+/// Values per quantization block (ggml's Q8_0, Q8_1, Q4_1).
+pub(crate) const BLOCK: usize = 32;
+/// Bytes of one GGUF `block_q8_0`: f16 `d`, 32 int8 values.
+const GGUF_BLOCK_BYTES: usize = 34;
 
 /// A weight matrix `[rows, cols]` quantized to Q8_0: per row, `cols / 32` blocks of 32 int8 values
 /// with one f32 scale each.
@@ -22,7 +24,7 @@ pub(crate) struct Q8Rows {
     quants: Vec<i8>,
 }
 
-/// Whether this CPU runs the VNNI kernel.
+/// Whether this CPU runs the VNNI kernels (here and in `cpu_q4`).
 pub(crate) fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -30,6 +32,7 @@ pub(crate) fn supported() -> bool {
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512dq")
             && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -37,17 +40,86 @@ pub(crate) fn supported() -> bool {
     }
 }
 
-/// ggml's Q8_0 rounding of one block: scale `max|x| / 127`, values `round(x / scale)`, and the
-/// scale kept as f16 (widened once here, not on every use), so the products are exactly those of
-/// candle's and ggml's Q8_0 kernels up to the order of the float additions.
-fn quantize_block(xs: &[f32], quants: &mut [i8]) -> f32 {
+/// ggml's 8-bit rounding of one block (Q8_0 and Q8_1): scale `d = max|x| / 127`, values
+/// `x / d` rounded to nearest, ties to even (as ggml's x86 code rounds). Returns `d` unrounded;
+/// ggml stores it as f16.
+pub(crate) fn quantize_block_q8(xs: &[f32], quants: &mut [i8]) -> f32 {
     let max = xs.iter().fold(0f32, |m, x| m.max(x.abs()));
     let scale = max / 127.0;
     let inverse = if scale != 0.0 { 1.0 / scale } else { 0.0 };
     for (q, &x) in quants.iter_mut().zip(xs) {
-        *q = (x * inverse).round() as i8;
+        *q = (x * inverse).round_ties_even() as i8;
     }
-    half::f16::from_f32(scale).to_f32()
+    scale
+}
+
+/// [`quantize_block_q8`] over a row of whole blocks: `scales` (unrounded) and the sum of each
+/// block's quantized values, vectorized where the VNNI kernels run.
+pub(crate) fn quantize_row_q8(x: &[f32], quants: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+    let blocks = x.len() / BLOCK;
+    assert!(
+        x.len() == blocks * BLOCK
+            && quants.len() == x.len()
+            && scales.len() == blocks
+            && sums.len() == blocks,
+        "quantize_row_q8: mismatched lengths"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if supported() {
+        // SAFETY: `supported()` checked the features; the lengths were checked above.
+        unsafe { quantize_row_avx512(x, quants, scales, sums) };
+        return;
+    }
+    for (b, (xs, qs)) in x
+        .chunks_exact(BLOCK)
+        .zip(quants.chunks_exact_mut(BLOCK))
+        .enumerate()
+    {
+        scales[b] = quantize_block_q8(xs, qs);
+        sums[b] = qs.iter().map(|&q| q as i32).sum();
+    }
+}
+
+/// # Safety
+/// The CPU must support avx512f, avx512bw and avx512dq; lengths as [`quantize_row_q8`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq")]
+unsafe fn quantize_row_avx512(x: &[f32], quants: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+    use std::arch::x86_64::*;
+    for b in 0..scales.len() {
+        // SAFETY: block b (32 values) lies inside `x` and `quants`.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_loadu_ps(x.as_ptr().add(b * BLOCK)),
+                _mm512_loadu_ps(x.as_ptr().add(b * BLOCK + 16)),
+            )
+        };
+        let max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+        let scale = max / 127.0;
+        let inverse = _mm512_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+        // The default rounding mode: nearest, ties to even.
+        let q_lo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse));
+        let q_hi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse));
+        // SAFETY: as above.
+        unsafe {
+            _mm_storeu_si128(
+                quants.as_mut_ptr().add(b * BLOCK) as *mut _,
+                _mm512_cvtsepi32_epi8(q_lo),
+            );
+            _mm_storeu_si128(
+                quants.as_mut_ptr().add(b * BLOCK + 16) as *mut _,
+                _mm512_cvtsepi32_epi8(q_hi),
+            );
+        }
+        scales[b] = scale;
+        sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+    }
+}
+
+/// [`quantize_block_q8`] with the scale rounded to f16 (widened once here, not on every use), so
+/// the products are exactly those of ggml's Q8_0 kernels up to the order of the float additions.
+fn quantize_block(xs: &[f32], quants: &mut [i8]) -> f32 {
+    half::f16::from_f32(quantize_block_q8(xs, quants)).to_f32()
 }
 
 impl Q8Rows {
@@ -62,6 +134,29 @@ impl Q8Rows {
             .zip(quants.chunks_exact_mut(BLOCK))
             .map(|(xs, qs)| quantize_block(xs, qs))
             .collect();
+        Some(Self {
+            rows,
+            cols,
+            scales,
+            quants,
+        })
+    }
+
+    /// GGUF Q8_0 blocks as stored (`rows · cols / 32` blocks of 34 bytes), without the round
+    /// trip through f32; `None` unless `bytes` holds exactly the matrix.
+    pub(crate) fn from_gguf_blocks(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        if cols == 0
+            || !cols.is_multiple_of(BLOCK)
+            || bytes.len() != rows * cols / BLOCK * GGUF_BLOCK_BYTES
+        {
+            return None;
+        }
+        let mut scales = Vec::with_capacity(rows * cols / BLOCK);
+        let mut quants = Vec::with_capacity(rows * cols);
+        for block in bytes.chunks_exact(GGUF_BLOCK_BYTES) {
+            scales.push(half::f16::from_le_bytes([block[0], block[1]]).to_f32());
+            quants.extend(block[2..].iter().map(|&b| b as i8));
+        }
         Some(Self {
             rows,
             cols,
@@ -86,11 +181,12 @@ impl Q8Rows {
         }
         let blocks = self.cols / BLOCK;
         let mut x_quants = vec![0i8; self.cols];
-        let x_scales: Vec<f32> = x
-            .chunks_exact(BLOCK)
-            .zip(x_quants.chunks_exact_mut(BLOCK))
-            .map(|(xs, qs)| quantize_block(xs, qs))
-            .collect();
+        let mut x_scales = vec![0f32; blocks];
+        let mut x_sums = vec![0i32; blocks];
+        quantize_row_q8(x, &mut x_quants, &mut x_scales, &mut x_sums);
+        for scale in &mut x_scales {
+            *scale = half::f16::from_f32(*scale).to_f32();
+        }
         let mut out = vec![0f32; self.rows];
         let shared = SharedOut(out.as_mut_ptr());
         parallel_ranges(self.rows, |rows| {
@@ -203,6 +299,46 @@ mod tests {
                 .sum();
             assert!((got[r] as f64 - exact).abs() <= bound + 1e-5, "row {r}");
         }
+    }
+
+    #[test]
+    fn row_quantization_matches_the_scalar_rounding_including_ties() {
+        // Ties: with max 127 the scale is 1, so x.5 values round to even.
+        let mut x: Vec<f32> = (0..96)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.731)
+            .collect();
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -3.5;
+        x[3] = 0.5;
+        x[64..96].fill(0.0); // an all-zero block: scale 0, no division by zero
+        let (mut quants, mut scales, mut sums) = (vec![0i8; 96], vec![0f32; 3], vec![0i32; 3]);
+        quantize_row_q8(&x, &mut quants, &mut scales, &mut sums);
+        let mut expected = [0i8; BLOCK];
+        for b in 0..3 {
+            let scale = quantize_block_q8(&x[b * BLOCK..][..BLOCK], &mut expected);
+            assert_eq!(scales[b].to_bits(), scale.to_bits(), "block {b}");
+            assert_eq!(&quants[b * BLOCK..][..BLOCK], &expected, "block {b}");
+            assert_eq!(sums[b], expected.iter().map(|&q| q as i32).sum::<i32>());
+        }
+        assert_eq!(&quants[..4], &[127, 2, -4, 0]);
+    }
+
+    #[test]
+    fn gguf_q8_0_blocks_are_taken_as_stored() {
+        let weights: Vec<f32> = (0..2 * 64)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0)
+            .collect();
+        let direct = Q8Rows::quantize(&weights, 2, 64).unwrap();
+        let mut bytes = Vec::new();
+        for (b, scale) in direct.scales.iter().enumerate() {
+            bytes.extend_from_slice(&half::f16::from_f32(*scale).to_le_bytes());
+            bytes.extend(direct.quants[b * BLOCK..][..BLOCK].iter().map(|&q| q as u8));
+        }
+        let stored = Q8Rows::from_gguf_blocks(&bytes, 2, 64).unwrap();
+        assert_eq!(stored.scales, direct.scales);
+        assert_eq!(stored.quants, direct.quants);
+        assert!(Q8Rows::from_gguf_blocks(&bytes[1..], 2, 64).is_none());
     }
 
     #[test]

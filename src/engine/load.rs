@@ -14,10 +14,11 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use super::config::{Architecture, Config};
+use super::cpu_q4::Q41Rows;
 use super::cpu_q8::{self, Q8Rows};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
-use super::model::{Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
+use super::model::{DecodeRows, Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
 use super::rope::{Rope, RopeLayout};
 
 /// Where a model's weights come from.
@@ -61,9 +62,10 @@ pub enum QuantizedWeights {
     /// Expanded to dense `dtype` at load: prefill runs as a real GEMM, weights are exact, memory
     /// grows 8x for 4-bit types.
     Dense,
-    /// `Dense` for prefill, plus a Q8_0 copy (re-quantized from the exact weights) for
-    /// single-row products, i.e. decoding, which is memory-bound. The fastest CPU setting for
-    /// small models; the Q8_0 copy changes decode logits slightly.
+    /// `Dense` for prefill, plus a quantized copy for single-row products, i.e. decoding, which is
+    /// bound by how fast weights stream: on CPUs with AVX-512 VNNI, Q4_1 and Q8_0 tensors as stored
+    /// (our kernels, llama.cpp's arithmetic), other types re-quantized to Q8_0. The fastest CPU
+    /// setting for small models; decode logits differ slightly from `Dense`.
     DenseWithQ8Decode,
 }
 
@@ -423,9 +425,26 @@ impl GgufWeights {
             let q8_fits = inp.is_multiple_of(GgmlDType::Q8_0.block_size());
             if self.quantized == QuantizedWeights::DenseWithQ8Decode && q8_fits {
                 if device.is_cpu() && self.dtype == DType::F32 && cpu_q8::supported() {
-                    let values = dense.flatten_all()?.to_vec1::<f32>()?;
-                    if let Some(rows) = Q8Rows::quantize(&values, out, inp) {
-                        return Ok(Linear::with_q8_rows(exact, rows));
+                    // Types with a kernel of ours decode from the stored blocks (llama.cpp's
+                    // arithmetic and bytes); the rest from a Q8_0 copy of the dense weights.
+                    let stored = match q.dtype() {
+                        GgmlDType::Q4_1 => {
+                            Q41Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q41)
+                        }
+                        GgmlDType::Q8_0 => {
+                            Q8Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q8)
+                        }
+                        _ => None,
+                    };
+                    let rows = match stored {
+                        Some(rows) => Some(rows),
+                        None => {
+                            let values = dense.flatten_all()?.to_vec1::<f32>()?;
+                            Q8Rows::quantize(&values, out, inp).map(DecodeRows::Q8)
+                        }
+                    };
+                    if let Some(rows) = rows {
+                        return Ok(Linear::with_decode_rows(exact, rows));
                     }
                 }
                 let q8 = QTensor::quantize(&dense, GgmlDType::Q8_0)?;

@@ -13,6 +13,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Architecture, Config};
 use super::cpu_attention;
+use super::cpu_q4::Q41Rows;
 use super::cpu_q8::Q8Rows;
 use super::error::{EngineError, Result};
 use super::kv_cache::KvCache;
@@ -31,8 +32,33 @@ pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 pub(crate) struct Linear {
     inner: QMatMul,
     single_row: Option<QMatMul>,
-    /// The single-row copy for CPUs with AVX-512 VNNI (see `cpu_q8`), instead of `single_row`.
-    q8_rows: Option<Q8Rows>,
+    /// The single-row copy for CPUs with AVX-512 VNNI, instead of `single_row`.
+    decode_rows: Option<DecodeRows>,
+}
+
+/// Weights for single-row products with our AVX-512 VNNI kernels.
+#[derive(Debug, Clone)]
+pub(crate) enum DecodeRows {
+    /// Q8_0, as stored or re-quantized from dense weights (`cpu_q8`).
+    Q8(Q8Rows),
+    /// Q4_1 as stored (`cpu_q4`).
+    Q41(Q41Rows),
+}
+
+impl DecodeRows {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Self::Q8(q) => (q.rows(), q.cols()),
+            Self::Q41(q) => (q.rows(), q.cols()),
+        }
+    }
+
+    fn matvec(&self, x: &[f32]) -> Option<Vec<f32>> {
+        match self {
+            Self::Q8(q) => q.matvec(x),
+            Self::Q41(q) => q.matvec(x),
+        }
+    }
 }
 
 impl Linear {
@@ -40,7 +66,7 @@ impl Linear {
         Self {
             inner,
             single_row: None,
-            q8_rows: None,
+            decode_rows: None,
         }
     }
 
@@ -48,30 +74,31 @@ impl Linear {
         Self {
             inner,
             single_row: Some(single_row),
-            q8_rows: None,
+            decode_rows: None,
         }
     }
 
-    pub(crate) fn with_q8_rows(inner: QMatMul, q8_rows: Q8Rows) -> Self {
+    pub(crate) fn with_decode_rows(inner: QMatMul, decode_rows: DecodeRows) -> Self {
         Self {
             inner,
             single_row: None,
-            q8_rows: Some(q8_rows),
+            decode_rows: Some(decode_rows),
         }
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let cols = x.dim(candle_core::D::Minus1)?;
         let rows = x.elem_count() / cols;
-        if let (Some(q8), 1, true, DType::F32) =
-            (&self.q8_rows, rows, x.device().is_cpu(), x.dtype())
+        if let (Some(decode), 1, true, DType::F32) =
+            (&self.decode_rows, rows, x.device().is_cpu(), x.dtype())
         {
-            if q8.cols() == cols {
+            let (out_features, in_features) = decode.shape();
+            if in_features == cols {
                 let values = x.flatten_all()?.to_vec1::<f32>()?;
-                if let Some(out) = q8.matvec(&values) {
+                if let Some(out) = decode.matvec(&values) {
                     let mut dims = x.dims().to_vec();
                     if let Some(last) = dims.last_mut() {
-                        *last = q8.rows();
+                        *last = out_features;
                     }
                     return Ok(Tensor::from_vec(out, dims, x.device())?);
                 }
