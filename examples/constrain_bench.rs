@@ -43,6 +43,8 @@ fn engine_messages(messages: Vec<tableseek::agent::ChatMessage>) -> Vec<ChatMess
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the CLI runs: freed buffers stay in the process for reuse.
+    tableseek::keep_freed_memory();
     let args: Vec<String> = std::env::args().collect();
     let path = args
         .get(1)

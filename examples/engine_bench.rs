@@ -13,6 +13,8 @@ use anyhow::{bail, Context};
 use tableseek::engine::{DeviceMap, LoadOptions, Model, ModelSpec, QuantizedWeights};
 
 fn main() -> anyhow::Result<()> {
+    // As the CLI runs: freed buffers stay in the process for reuse.
+    tableseek::keep_freed_memory();
     let args: Vec<String> = std::env::args().collect();
     let Some(path) = args.get(1) else {
         bail!("usage: engine_bench MODEL [PP_LIST] [TG] [WEIGHTS] [THREADS] [CHUNK]");

@@ -15,6 +15,8 @@ use tableseek::engine::{
 const NEW_TOKENS: usize = 16;
 
 fn main() -> anyhow::Result<()> {
+    // As the CLI runs: freed buffers stay in the process for reuse.
+    tableseek::keep_freed_memory();
     let args: Vec<String> = std::env::args().collect();
     let Some(model_path) = args.get(1) else {
         bail!("usage: prefix_reuse MODEL [PREFIX_TOKENS] [PROMPTS] [CHUNK] [WEIGHTS]");
