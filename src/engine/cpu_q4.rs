@@ -140,10 +140,10 @@ impl Q81Activations {
 /// times the activations.
 ///
 /// # Safety
-/// The CPU must support avx512f, avx512bw, avx512dq, avx512vnni and f16c; each row holds `groups`
+/// The CPU must have the features [`supported`](super::cpu_q8::supported) checks; each row holds `groups`
 /// nibble groups and `4 · groups` scales.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")]
 unsafe fn dot2(rows: &[u8], row_bytes: usize, groups: usize, x: &Q81Activations) -> (f32, f32) {
     use std::arch::x86_64::*;
     let blocks = 2 * groups;

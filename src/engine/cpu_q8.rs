@@ -31,6 +31,7 @@ pub(crate) fn supported() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512vnni")
             && std::arch::is_x86_feature_detected!("f16c")
     }
@@ -81,9 +82,9 @@ pub(crate) fn quantize_row_q8(x: &[f32], quants: &mut [i8], scales: &mut [f32], 
 }
 
 /// # Safety
-/// The CPU must support avx512f, avx512bw and avx512dq; lengths as [`quantize_row_q8`] checks.
+/// The CPU must have the features [`supported`] checks; lengths as [`quantize_row_q8`] checks.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
 unsafe fn quantize_row_avx512(x: &[f32], quants: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
     use std::arch::x86_64::*;
     for b in 0..scales.len() {
@@ -205,9 +206,9 @@ impl Q8Rows {
 /// Σ over blocks of `w_scale · x_scale · Σ w_i x_i`, two blocks per 512-bit step.
 ///
 /// # Safety
-/// The CPU must support avx512f, avx512bw, avx512dq and avx512vnni; `w` and `x` hold `scales.len()` blocks.
+/// The CPU must have the features [`supported`] checks; `w` and `x` hold `scales.len()` blocks.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn dot_vnni(w: &[i8], w_scales: &[f32], x: &[i8], x_scales: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let blocks = w_scales.len();
