@@ -107,7 +107,11 @@ run() {
   echo "== decode speed: --random-init $preset, 128 new tokens"
   "$bin" generate --random-init "$preset" --tokenizer "$tok" --device "$device" \
     --chat "Write a long story about tables." --max-new-tokens 128 --json \
-    | python3 -c 'import json,sys; d=json.load(sys.stdin); n=len(d["generated_token_ids"]); print(f"prompt {d[\"prompt_tokens\"]} tokens, prefill {d[\"prefill_ms\"]:.0f} ms; decode {n} tokens in {d[\"decode_ms\"]:.0f} ms = {n/(d[\"decode_ms\"]/1e3):.1f} tok/s")' \
+    | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+n, prompt, prefill, decode = len(d["generated_token_ids"]), d["prompt_tokens"], d["prefill_ms"], d["decode_ms"]
+print(f"prompt {prompt} tokens, prefill {prefill:.0f} ms; decode {n} tokens in {decode:.0f} ms = {n / (decode / 1e3):.1f} tok/s")' \
     | tee "$out/speed.txt" || status=1
   [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILED (see $out)"
   return $status

@@ -368,3 +368,33 @@ fn cli_grep_canberra_on_tabfact() {
     assert!(!got.is_empty());
     assert_eq!(got, expected);
 }
+
+#[test]
+fn cli_output_into_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..50 {
+        std::fs::write(
+            dir.path().join(format!("t{i}.csv")),
+            format!("city,year\nCanberra,{}\n", 1900 + i),
+        )
+        .unwrap();
+    }
+    let mut child = tableseek()
+        .arg("grep")
+        .arg(dir.path())
+        .args(["-p", "canberra", "--top-k", "50"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the reading end before the command writes anything (as `| head -0` would).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+    }
+}
