@@ -74,9 +74,10 @@ pub enum QuantizedWeights {
 pub struct LoadOptions {
     /// Activation, KV and dense-weight dtype; defaults to the device map's (f32 CPU, bf16 CUDA).
     pub dtype: Option<DType>,
-    /// GGUF only. Measured for SmolLM2-135M Q4_1 on this 2-core machine, one thread (busy
-    /// machine, rough): as stored ~7 prompt / 5 generated tokens/s; dense ~52 / 5;
-    /// dense + Q8_0 decode ~52 / 13. All three reproduce llama.cpp's 40 greedy tokens.
+    /// GGUF only. SmolLM2-135M Q4_1 decoding llama.cpp's reference message on a 2-core AVX-512
+    /// VNNI machine (`tableseek generate ... --weights W --threads 2 --json`, one run each, 40
+    /// tokens): as stored 21 tokens/s, dense 23, dense + quantized decode 101 and 126 (two runs).
+    /// All reproduce llama.cpp's 40 greedy tokens.
     pub quantized: QuantizedWeights,
     /// Prefill chunk; [`DEFAULT_PREFILL_CHUNK`] when `None`.
     pub prefill_chunk: Option<usize>,
