@@ -123,7 +123,7 @@ impl Q81Activations {
         let mut quants = vec![0i8; x.len()];
         let mut d = vec![0f32; blocks];
         let mut sums = vec![0i32; blocks];
-        quantize_row_q8(x, &mut quants, &mut d, &mut sums);
+        quantize_row_q8(x, &mut quants, &mut d, Some(&mut sums));
         let s = d
             .iter()
             .zip(&sums)

@@ -54,15 +54,20 @@ pub(crate) fn quantize_block_q8(xs: &[f32], quants: &mut [i8]) -> f32 {
     scale
 }
 
-/// [`quantize_block_q8`] over a row of whole blocks: `scales` (unrounded) and the sum of each
-/// block's quantized values, vectorized where the VNNI kernels run.
-pub(crate) fn quantize_row_q8(x: &[f32], quants: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+/// [`quantize_block_q8`] over a row of whole blocks: `scales` (unrounded) and, when asked (Q8_1),
+/// the sum of each block's quantized values; vectorized where the VNNI kernels run.
+pub(crate) fn quantize_row_q8(
+    x: &[f32],
+    quants: &mut [i8],
+    scales: &mut [f32],
+    mut sums: Option<&mut [i32]>,
+) {
     let blocks = x.len() / BLOCK;
     assert!(
         x.len() == blocks * BLOCK
             && quants.len() == x.len()
             && scales.len() == blocks
-            && sums.len() == blocks,
+            && sums.as_ref().is_none_or(|s| s.len() == blocks),
         "quantize_row_q8: mismatched lengths"
     );
     #[cfg(target_arch = "x86_64")]
@@ -77,7 +82,9 @@ pub(crate) fn quantize_row_q8(x: &[f32], quants: &mut [i8], scales: &mut [f32], 
         .enumerate()
     {
         scales[b] = quantize_block_q8(xs, qs);
-        sums[b] = qs.iter().map(|&q| q as i32).sum();
+        if let Some(sums) = sums.as_deref_mut() {
+            sums[b] = qs.iter().map(|&q| q as i32).sum();
+        }
     }
 }
 
@@ -85,7 +92,12 @@ pub(crate) fn quantize_row_q8(x: &[f32], quants: &mut [i8], scales: &mut [f32], 
 /// The CPU must have the features [`supported`] checks; lengths as [`quantize_row_q8`] checks.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
-unsafe fn quantize_row_avx512(x: &[f32], quants: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
+unsafe fn quantize_row_avx512(
+    x: &[f32],
+    quants: &mut [i8],
+    scales: &mut [f32],
+    mut sums: Option<&mut [i32]>,
+) {
     use std::arch::x86_64::*;
     for b in 0..scales.len() {
         // SAFETY: block b (32 values) lies inside `x` and `quants`.
@@ -113,7 +125,9 @@ unsafe fn quantize_row_avx512(x: &[f32], quants: &mut [i8], scales: &mut [f32], 
             );
         }
         scales[b] = scale;
-        sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+        if let Some(sums) = sums.as_deref_mut() {
+            sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+        }
     }
 }
 
@@ -183,8 +197,7 @@ impl Q8Rows {
         let blocks = self.cols / BLOCK;
         let mut x_quants = vec![0i8; self.cols];
         let mut x_scales = vec![0f32; blocks];
-        let mut x_sums = vec![0i32; blocks];
-        quantize_row_q8(x, &mut x_quants, &mut x_scales, &mut x_sums);
+        quantize_row_q8(x, &mut x_quants, &mut x_scales, None);
         for scale in &mut x_scales {
             *scale = half::f16::from_f32(*scale).to_f32();
         }
@@ -314,7 +327,7 @@ mod tests {
         x[3] = 0.5;
         x[64..96].fill(0.0); // an all-zero block: scale 0, no division by zero
         let (mut quants, mut scales, mut sums) = (vec![0i8; 96], vec![0f32; 3], vec![0i32; 3]);
-        quantize_row_q8(&x, &mut quants, &mut scales, &mut sums);
+        quantize_row_q8(&x, &mut quants, &mut scales, Some(&mut sums));
         let mut expected = [0i8; BLOCK];
         for b in 0..3 {
             let scale = quantize_block_q8(&x[b * BLOCK..][..BLOCK], &mut expected);
