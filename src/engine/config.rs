@@ -1,5 +1,5 @@
-//! Model hyper-parameters for the two decoder families the engine runs (Qwen3 and Llama 3.x /
-//! SmolLM2), read from an HF `config.json`, from GGUF metadata, or from a named preset.
+//! Model hyper-parameters for the decoder families the engine runs (Qwen3, Qwen2 / Qwen2.5 and
+//! Llama 3.x / SmolLM2), read from an HF `config.json`, from GGUF metadata, or from a named preset.
 //!
 //! HF configs come in two generations: transformers 4 writes `rope_theta` / `rope_scaling` at the
 //! top level, transformers 5 writes `rope_parameters`. Both are accepted; the top level wins when
@@ -17,6 +17,8 @@ use super::error::{EngineError, Result};
 pub enum Architecture {
     /// Qwen3: per-head RMSNorm on q and k before RoPE.
     Qwen3,
+    /// Qwen2 / Qwen2.5: Qwen3's layout without the q/k norms, with biases on q, k and v.
+    Qwen2,
     /// Llama 2/3.x, SmolLM2, Mistral-like without sliding window.
     Llama,
 }
@@ -25,9 +27,20 @@ impl Architecture {
     fn parse(name: &str) -> Result<Self> {
         match name {
             "Qwen3ForCausalLM" | "qwen3" => Ok(Self::Qwen3),
+            "Qwen2ForCausalLM" | "qwen2" => Ok(Self::Qwen2),
             "LlamaForCausalLM" | "llama" => Ok(Self::Llama),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         }
+    }
+
+    /// Whether q, k and v carry a bias (Qwen2's checkpoints always do; their configs do not say).
+    pub fn qkv_bias(self) -> bool {
+        self == Self::Qwen2
+    }
+
+    /// Whether queries and keys go through a per-head RMSNorm before RoPE.
+    pub fn qk_norm(self) -> bool {
+        self == Self::Qwen3
     }
 }
 
@@ -117,7 +130,9 @@ impl Config {
             .or_else(|| hf.model_type.clone())
             .ok_or_else(|| bad("neither `architectures` nor `model_type` is set".into()))?;
         let architecture = Architecture::parse(&arch_name)?;
-        if hf.attention_bias {
+        // Qwen2's q/k/v biases are implied by the architecture; a Llama-style `attention_bias`
+        // would also put one on the output projection, which the forward pass does not have.
+        if hf.attention_bias && !architecture.qkv_bias() {
             return Err(bad("attention_bias = true is not supported".into()));
         }
         let params = hf.rope_parameters.as_ref();
@@ -301,6 +316,17 @@ impl Config {
             "qwen3-0.6b" => Ok(qwen3(1024, 3072, 28, 16, true)),
             "qwen3-4b" => Ok(qwen3(2560, 9728, 36, 32, true)),
             "qwen3-8b" => Ok(qwen3(4096, 12288, 36, 32, false)),
+            "qwen2.5-0.5b" => Ok(Self {
+                architecture: Architecture::Qwen2,
+                hidden_size: 896,
+                intermediate_size: 4864,
+                num_hidden_layers: 24,
+                num_attention_heads: 14,
+                num_key_value_heads: 2,
+                head_dim: 64,
+                max_position_embeddings: 32_768,
+                ..qwen3(896, 4864, 24, 14, true)
+            }),
             "llama-3.1-8b" => Ok(Self {
                 architecture: Architecture::Llama,
                 vocab_size: 128_256,
@@ -372,6 +398,31 @@ mod tests {
     }
 
     #[test]
+    fn qwen2_config_implies_qkv_biases_and_no_qk_norm() {
+        // Qwen2.5-0.5B-Instruct's config.json, trimmed: no `attention_bias`, no `head_dim`.
+        let text = r#"{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","vocab_size":151936,
+            "hidden_size":896,"intermediate_size":4864,"num_hidden_layers":24,"num_attention_heads":14,
+            "num_key_value_heads":2,"rms_norm_eps":1e-6,"rope_theta":1000000.0,
+            "max_position_embeddings":32768,"tie_word_embeddings":true,"eos_token_id":151645,
+            "use_sliding_window":false,"sliding_window":32768}"#;
+        let cfg = Config::from_hf_json(text, "test").unwrap();
+        assert_eq!(cfg.architecture, Architecture::Qwen2);
+        assert!(cfg.architecture.qkv_bias());
+        assert!(!cfg.architecture.qk_norm());
+        assert_eq!(cfg.head_dim, 64);
+        assert_eq!(cfg.kv_groups(), 7);
+        assert!(cfg.tie_word_embeddings);
+        // A Llama asking for attention biases is still refused (it would need an output bias).
+        let llama = text
+            .replace("Qwen2ForCausalLM", "LlamaForCausalLM")
+            .replace(r#""model_type":"qwen2","#, r#""attention_bias":true,"#);
+        assert!(matches!(
+            Config::from_hf_json(&llama, "test"),
+            Err(EngineError::BadConfig { .. })
+        ));
+    }
+
+    #[test]
     fn unsupported_architecture_is_named() {
         let text = r#"{"architectures":["MistralForCausalLM"],"vocab_size":8,"hidden_size":8,
             "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1,"rms_norm_eps":1e-5,
@@ -386,7 +437,13 @@ mod tests {
 
     #[test]
     fn presets_have_consistent_shapes() {
-        for name in ["qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.1-8b"] {
+        for name in [
+            "qwen3-0.6b",
+            "qwen3-4b",
+            "qwen3-8b",
+            "qwen2.5-0.5b",
+            "llama-3.1-8b",
+        ] {
             let cfg = Config::preset(name).unwrap();
             assert_eq!(
                 cfg.num_attention_heads % cfg.num_key_value_heads,

@@ -20,12 +20,12 @@ pub enum EngineError {
     },
     #[error("bad model config ({source_name}): {detail}")]
     BadConfig { source_name: String, detail: String },
-    #[error("unsupported model architecture `{0}` (supported: Qwen3ForCausalLM / qwen3, LlamaForCausalLM / llama)")]
+    #[error("unsupported model architecture `{0}` (supported: Qwen3ForCausalLM / qwen3, Qwen2ForCausalLM / qwen2, LlamaForCausalLM / llama)")]
     UnsupportedArchitecture(String),
-    #[error("tensor `{tensor}` uses quantization type {dtype}, which is not supported (supported: Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16, F32)")]
+    #[error("tensor `{tensor}` uses quantization type {dtype}, which is not supported (supported: Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16, F32)")]
     UnsupportedQuantType { tensor: String, dtype: String },
     #[error(
-        "unknown random-init preset `{0}` (known: qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b)"
+        "unknown random-init preset `{0}` (known: qwen3-0.6b, qwen3-4b, qwen3-8b, qwen2.5-0.5b, llama-3.1-8b)"
     )]
     UnknownPreset(String),
     #[error("prompt has {prompt_len} tokens but the context window is {context_len} tokens")]

@@ -69,6 +69,27 @@ pub enum QuantizedWeights {
     DenseWithQ8Decode,
 }
 
+impl QuantizedWeights {
+    /// GGUF files up to this size are expanded to dense weights on CPU by [`QuantizedWeights::auto`].
+    pub const AUTO_DENSE_MAX_BYTES: u64 = 512 << 20;
+
+    /// The CLI's `--weights auto`: [`QuantizedWeights::DenseWithQ8Decode`] for a GGUF file of at
+    /// most [`Self::AUTO_DENSE_MAX_BYTES`] when every layer runs on the CPU (candle's CPU kernels
+    /// for 4-bit blocks are slow for prefill, and expanding a small model costs little memory),
+    /// [`QuantizedWeights::AsStored`] otherwise.
+    pub fn auto(model: &Path, devices: &DeviceMap) -> Self {
+        let all_cpu = devices.first().is_cpu() && devices.last().is_cpu();
+        let small = std::fs::metadata(model)
+            .map(|m| m.is_file() && m.len() <= Self::AUTO_DENSE_MAX_BYTES)
+            .unwrap_or(false);
+        if all_cpu && small {
+            Self::DenseWithQ8Decode
+        } else {
+            Self::AsStored
+        }
+    }
+}
+
 /// Loading settings beyond the weights' location and devices.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadOptions {
@@ -323,12 +344,15 @@ fn load_hf(dir: &Path, devices: &DeviceMap, dtype: DType) -> Result<Model> {
 
 // ---------------------------------------------------------------- GGUF
 
-const SUPPORTED_QUANTS: [GgmlDType; 9] = [
+const SUPPORTED_QUANTS: [GgmlDType; 10] = [
     GgmlDType::F32,
     GgmlDType::F16,
     GgmlDType::BF16,
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
+    // llama.cpp's Q4_K_M falls back to Q5_0 where a row is not a whole number of 256-blocks
+    // (Qwen2.5-0.5B: 896 columns).
+    GgmlDType::Q5_0,
     GgmlDType::Q4K,
     GgmlDType::Q5K,
     GgmlDType::Q6K,
@@ -485,10 +509,10 @@ fn load_gguf(
         quantized,
     };
     let h = cfg.hidden_size;
-    // llama.cpp's converter permutes llama q/k rows for its interleaved RoPE; qwen3 uses NEOX.
+    // llama.cpp's converter permutes llama q/k rows for its interleaved RoPE; the Qwens use NEOX.
     let layout = match cfg.architecture {
         Architecture::Llama => RopeLayout::Interleaved,
-        Architecture::Qwen3 => RopeLayout::Halves,
+        Architecture::Qwen3 | Architecture::Qwen2 => RopeLayout::Halves,
     };
     let rope = if w.has("rope_freqs.weight") {
         let factors: Vec<f32> = w
@@ -562,6 +586,9 @@ struct LayerNames {
     o: &'static str,
     q_norm: &'static str,
     k_norm: &'static str,
+    q_bias: &'static str,
+    k_bias: &'static str,
+    v_bias: &'static str,
     ffn_norm: &'static str,
     gate: &'static str,
     up: &'static str,
@@ -577,6 +604,9 @@ const HF_NAMES: LayerNames = LayerNames {
     o: "self_attn.o_proj.weight",
     q_norm: "self_attn.q_norm.weight",
     k_norm: "self_attn.k_norm.weight",
+    q_bias: "self_attn.q_proj.bias",
+    k_bias: "self_attn.k_proj.bias",
+    v_bias: "self_attn.v_proj.bias",
     ffn_norm: "post_attention_layernorm.weight",
     gate: "mlp.gate_proj.weight",
     up: "mlp.up_proj.weight",
@@ -592,6 +622,9 @@ const GGUF_NAMES: LayerNames = LayerNames {
     o: "attn_output.weight",
     q_norm: "attn_q_norm.weight",
     k_norm: "attn_k_norm.weight",
+    q_bias: "attn_q.bias",
+    k_bias: "attn_k.bias",
+    v_bias: "attn_v.bias",
     ffn_norm: "ffn_norm.weight",
     gate: "ffn_gate.weight",
     up: "ffn_up.weight",
@@ -609,16 +642,23 @@ fn build_layer(
     let (qd, kvd) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
     let name = |suffix: &str| format!("{}.{i}.{suffix}", names.prefix);
     let qk_norm = |suffix: &str| -> Result<Option<Tensor>> {
-        match cfg.architecture {
-            Architecture::Qwen3 => Ok(Some(w.tensor(&name(suffix), &[hd], d)?)),
-            Architecture::Llama => Ok(None),
+        match cfg.architecture.qk_norm() {
+            true => Ok(Some(w.tensor(&name(suffix), &[hd], d)?)),
+            false => Ok(None),
+        }
+    };
+    let biased = |weight: &str, bias: &str, out: usize| -> Result<Linear> {
+        let linear = w.linear(&name(weight), out, h, d)?;
+        match cfg.architecture.qkv_bias() {
+            true => Ok(linear.with_bias(w.tensor(&name(bias), &[out], d)?)),
+            false => Ok(linear),
         }
     };
     Ok(Layer {
         attn_norm: w.tensor(&name(names.attn_norm), &[h], d)?,
-        q: w.linear(&name(names.q), qd, h, d)?,
-        k: w.linear(&name(names.k), kvd, h, d)?,
-        v: w.linear(&name(names.v), kvd, h, d)?,
+        q: biased(names.q, names.q_bias, qd)?,
+        k: biased(names.k, names.k_bias, kvd)?,
+        v: biased(names.v, names.v_bias, kvd)?,
         o: w.linear(&name(names.o), h, qd, d)?,
         q_norm: qk_norm(names.q_norm)?,
         k_norm: qk_norm(names.k_norm)?,
@@ -693,13 +733,26 @@ fn load_random(cfg: &Config, seed: u64, devices: &DeviceMap, dtype: DType) -> Re
     } else {
         lin("lm_head", cfg.vocab_size, h, last)?
     };
-    let qwen3 = cfg.architecture == Architecture::Qwen3;
+    let qwen3 = cfg.architecture.qk_norm();
+    let biased = |name: &str, out: usize, d: &Device| -> Result<Linear> {
+        let linear = lin(name, out, h, d)?;
+        match cfg.architecture.qkv_bias() {
+            true => Ok(linear.with_bias(random_tensor(
+                &format!("{name}.bias"),
+                &[out],
+                seed,
+                dtype,
+                d,
+            )?)),
+            false => Ok(linear),
+        }
+    };
     let layer = |i: usize, d: &Device| -> Result<Layer> {
         Ok(Layer {
             attn_norm: ones(h, d)?,
-            q: lin(&format!("{i}.q"), qd, h, d)?,
-            k: lin(&format!("{i}.k"), kvd, h, d)?,
-            v: lin(&format!("{i}.v"), kvd, h, d)?,
+            q: biased(&format!("{i}.q"), qd, d)?,
+            k: biased(&format!("{i}.k"), kvd, d)?,
+            v: biased(&format!("{i}.v"), kvd, d)?,
             o: lin(&format!("{i}.o"), h, qd, d)?,
             q_norm: if qwen3 {
                 Some(ones(cfg.head_dim, d)?)

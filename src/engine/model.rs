@@ -1,4 +1,4 @@
-//! The decoder forward pass shared by Qwen3 and Llama, written here rather than taken from
+//! The decoder forward pass shared by Qwen3, Qwen2 and Llama, written here rather than taken from
 //! candle-transformers because those models keep their KV cache private and cannot truncate,
 //! snapshot, or restore it, which the prefix cache and the agent's rollbacks need.
 //!
@@ -34,6 +34,8 @@ pub(crate) struct Linear {
     single_row: Option<QMatMul>,
     /// The single-row copy for CPUs with AVX-512 VNNI, instead of `single_row`.
     decode_rows: Option<DecodeRows>,
+    /// `[out]`, added to every output row (Qwen2's q, k and v).
+    bias: Option<Tensor>,
 }
 
 /// Weights for single-row products with our AVX-512 VNNI kernels.
@@ -67,6 +69,7 @@ impl Linear {
             inner,
             single_row: None,
             decode_rows: None,
+            bias: None,
         }
     }
 
@@ -75,6 +78,7 @@ impl Linear {
             inner,
             single_row: Some(single_row),
             decode_rows: None,
+            bias: None,
         }
     }
 
@@ -83,10 +87,25 @@ impl Linear {
             inner,
             single_row: None,
             decode_rows: Some(decode_rows),
+            bias: None,
         }
     }
 
+    /// Adds `bias` (`[out]`, in the activation dtype) to every output.
+    pub(crate) fn with_bias(mut self, bias: Tensor) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.forward_unbiased(x)?;
+        match &self.bias {
+            Some(bias) => Ok(y.broadcast_add(bias)?),
+            None => Ok(y),
+        }
+    }
+
+    fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
         let cols = x.dim(candle_core::D::Minus1)?;
         let rows = x.elem_count() / cols;
         if let (Some(decode), 1, true, DType::F32) =
@@ -162,7 +181,7 @@ pub(crate) struct Layer {
     pub k: Linear,
     pub v: Linear,
     pub o: Linear,
-    /// Qwen3's per-head RMSNorm on queries and keys.
+    /// Qwen3's per-head RMSNorm on queries and keys (`None` for Qwen2 and Llama).
     pub q_norm: Option<Tensor>,
     pub k_norm: Option<Tensor>,
     pub ffn_norm: Tensor,

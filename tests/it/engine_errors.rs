@@ -136,7 +136,13 @@ fn unsupported_architecture() {
             }
         }
     });
-    assert!(matches!(load(&gguf), Err(EngineError::UnsupportedArchitecture(a)) if a == "gpt2"));
+    let err = load(&gguf).unwrap_err();
+    assert!(matches!(&err, EngineError::UnsupportedArchitecture(a) if a == "gpt2"));
+    // The message names the file's architecture and what would load.
+    let message = err.to_string();
+    for name in ["`gpt2`", "qwen3", "qwen2", "llama"] {
+        assert!(message.contains(name), "{message}");
+    }
 }
 
 #[test]

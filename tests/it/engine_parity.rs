@@ -91,7 +91,10 @@ fn greedy(model: Model, prompt: &[u32], n: usize) -> Vec<u32> {
 /// logits, and a 2-way layer split.
 fn check_hf(name: &str) {
     let Some(dir) = fixtures() else { return };
-    let dir = dir.join(name);
+    check_hf_dir(name, dir.join(name));
+}
+
+fn check_hf_dir(name: &str, dir: PathBuf) {
     let expected = load_st(dir.join("expected.safetensors"));
     let input = ids(&expected["input_ids"]);
     for (chunk, devices) in [
@@ -133,6 +136,14 @@ fn check_hf(name: &str) {
 #[test]
 fn tiny_qwen3_matches_transformers() {
     check_hf("tiny-qwen3");
+}
+
+/// Qwen2 (q/k/v biases, no q/k norms): the fixture lives in the repository
+/// (`tests/fixtures/make_tiny_qwen2.py` made it with transformers).
+#[test]
+fn tiny_qwen2_matches_transformers() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2");
+    check_hf_dir("tiny-qwen2", dir);
 }
 
 #[test]
