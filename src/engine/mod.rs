@@ -31,6 +31,7 @@ pub(crate) mod cpu_attention;
 pub(crate) mod cpu_kernels;
 pub(crate) mod cpu_q4;
 pub(crate) mod cpu_q8;
+pub(crate) mod cpu_qk;
 pub mod device;
 pub mod error;
 pub mod generate;
