@@ -14,7 +14,7 @@
 //! values, added with a masked byte add: memory stays 5.5 bits per weight.
 
 use super::cpu_q8::{quantize_row_q8, BLOCK};
-use super::cpu_qk::{for_row_pairs, AlignedBytes};
+use super::cpu_qk::{for_row_pairs, interleaved, AlignedBytes, PairUnits};
 
 /// Values in a group of four blocks: one step of the kernel.
 const GROUP: usize = 4 * BLOCK;
@@ -22,7 +22,7 @@ const GROUP: usize = 4 * BLOCK;
 /// bytes of nibbles (byte `j`: value `j` low, value `j + 16` high).
 const GGUF_BLOCK_BYTES: usize = 22;
 
-/// A Q5_0 weight matrix `[rows, cols]`: per group of 128 values, 64 nibble bytes (kernel order),
+/// A Q5_0 weight matrix `[rows, cols]`, groups stored in [`interleaved`] order: per group of 128 values, 64 nibble bytes (kernel order),
 /// two 64-bit masks of fifth bits (values 0..64, 64..128), and the f16 `d` of its four blocks.
 #[derive(Debug, Clone)]
 pub(crate) struct Q50Rows {
@@ -62,7 +62,9 @@ impl Q50Rows {
         let mut high_bits = vec![0u64; blocks / 2];
         let mut d = vec![0u16; blocks];
         let dst = nibbles.bytes_mut();
-        for (g, group) in bytes.chunks_exact(4 * GGUF_BLOCK_BYTES).enumerate() {
+        let per_row = cols / GROUP;
+        for (i, group) in bytes.chunks_exact(4 * GGUF_BLOCK_BYTES).enumerate() {
+            let g = interleaved(rows, per_row, i / per_row, i % per_row);
             let block = |b: usize| &group[b * GGUF_BLOCK_BYTES..][..GGUF_BLOCK_BYTES];
             let out = &mut dst[g * GROUP / 2..][..GROUP / 2];
             for (i, byte) in out.iter_mut().enumerate() {
@@ -171,7 +173,7 @@ unsafe fn dot2(w: &Q50Rows, rows: [usize; 2], x: &Q80Activations) -> (f32, f32) 
         )
     });
     let nibbles = w.nibbles.bytes().as_ptr();
-    let first = rows.map(|r| r * groups);
+    let units = PairUnits::new(rows, groups);
     let mut acc = [_mm512_setzero_ps(); 2];
     for g in 0..groups {
         // SAFETY: group g of the activations and of both rows lies inside the arrays.
@@ -188,13 +190,13 @@ unsafe fn dot2(w: &Q50Rows, rows: [usize; 2], x: &Q80Activations) -> (f32, f32) 
             ];
             // Both rows' 4 block scales, times the activation scales: one conversion.
             let d = _mm256_cvtph_ps(_mm_unpacklo_epi64(
-                _mm_loadl_epi64(w.d.as_ptr().add(4 * (first[0] + g)).cast()),
-                _mm_loadl_epi64(w.d.as_ptr().add(4 * (first[1] + g)).cast()),
+                _mm_loadl_epi64(w.d.as_ptr().add(4 * units.unit(0, g)).cast()),
+                _mm_loadl_epi64(w.d.as_ptr().add(4 * units.unit(1, g)).cast()),
             ));
             let dx = _mm_loadu_ps(x.d.as_ptr().add(4 * g));
             let scales = _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_set_m128(dx, dx)));
             for r in 0..2 {
-                let group = first[r] + g;
+                let group = units.unit(r, g);
                 let v = _mm512_load_si512(nibbles.add(group * GROUP / 2).cast());
                 let halves = [
                     _mm512_and_si512(v, low4),
