@@ -130,13 +130,52 @@ impl Q80Activations {
         for d in &mut d {
             *d = half::f16::from_f32(*d).to_f32();
         }
-        let offsets = quants
-            .chunks_exact(4)
-            .map(|q| -16 * q.iter().map(|&v| v as i32).sum::<i32>())
-            .collect();
+        let offsets = lane_offsets(&quants);
         Self { quants, d, offsets }
     }
 }
+
+/// `-16 · (q[4i] + … + q[4i + 3])` for each 4 values (vectorized where the kernel runs).
+fn lane_offsets(quants: &[i8]) -> Vec<i32> {
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu_q8::supported() && quants.len().is_multiple_of(64) {
+        let mut out = vec![0i32; quants.len() / 4];
+        // SAFETY: `supported()` checked the features; 64 bytes in, 16 lanes out per step.
+        unsafe { lane_offsets_avx512(quants, &mut out) };
+        return out;
+    }
+    quants
+        .chunks_exact(4)
+        .map(|q| -16 * q.iter().map(|&v| v as i32).sum::<i32>())
+        .collect()
+}
+
+/// # Safety
+/// The CPU must have the features [`supported`](super::cpu_q8::supported) checks; `quants`
+/// holds a multiple of 64 values and `out` a quarter as many.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+unsafe fn lane_offsets_avx512(quants: &[i8], out: &mut [i32]) {
+    use std::arch::x86_64::*;
+    for (i, chunk) in quants.chunks_exact(64).enumerate() {
+        // SAFETY: as the contract says.
+        unsafe {
+            let sums = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_set1_epi8(16),
+                _mm512_loadu_si512(chunk.as_ptr().cast()),
+            );
+            _mm512_storeu_si512(
+                out.as_mut_ptr().add(16 * i).cast(),
+                _mm512_sub_epi32(_mm512_setzero_si512(), sums),
+            );
+        }
+    }
+}
+
+/// `ternarylogic` immediate for `(a & c) | b`, from the truth tables a = 0xF0, b = 0xCC, c = 0xAA.
+#[cfg(target_arch = "x86_64")]
+const A_AND_C_OR_B: i32 = (0xF0 & 0xAA) | 0xCC;
 
 /// Rows `rows[0]` and `rows[1]` times the activations.
 ///
@@ -198,13 +237,12 @@ unsafe fn dot2(w: &Q50Rows, rows: [usize; 2], x: &Q80Activations) -> (f32, f32) 
             for r in 0..2 {
                 let group = units.unit(r, g);
                 let v = _mm512_load_si512(nibbles.add(group * GROUP / 2).cast());
-                let halves = [
-                    _mm512_and_si512(v, low4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
-                ];
+                let halves = [v, _mm512_srli_epi16::<4>(v)];
                 for h in 0..2 {
-                    let top: __mmask64 = w.high_bits[2 * group + h];
-                    let q = _mm512_mask_add_epi8(halves[h], top, halves[h], sixteen);
+                    // (nibble & 15) | 16·bit: a zero-masked move of 16s and one ternary logic op
+                    // (a masked add of 16 compiled to and, or and a masked move).
+                    let top = _mm512_maskz_mov_epi8(w.high_bits[2 * group + h], sixteen);
+                    let q = _mm512_ternarylogic_epi32::<A_AND_C_OR_B>(halves[h], top, low4);
                     let sums = _mm512_dpbusd_epi32(offsets[h], q, xs[h]);
                     let scale = _mm512_permutexvar_ps(spread[2 * r + h], scales);
                     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[r]);
