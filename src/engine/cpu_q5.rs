@@ -18,6 +18,9 @@ use super::cpu_qk::{for_row_pairs, interleaved, AlignedBytes, PairUnits};
 
 /// Values in a group of four blocks: one step of the kernel.
 const GROUP: usize = 4 * BLOCK;
+/// Software prefetch distance, in units of the interleaved pair stream (32 groups: 2 KB of
+/// nibbles ahead); A/B from memory, 1 thread: 4864x896 211 -> 163 us.
+const PF: usize = 32;
 /// Bytes of one GGUF `block_q5_0`: f16 `d`, the 32 fifth bits (`qh`, little-endian u32), 16
 /// bytes of nibbles (byte `j`: value `j` low, value `j + 16` high).
 const GGUF_BLOCK_BYTES: usize = 22;
@@ -236,6 +239,7 @@ unsafe fn dot2(w: &Q50Rows, rows: [usize; 2], x: &Q80Activations) -> (f32, f32) 
             let scales = _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_set_m128(dx, dx)));
             for r in 0..2 {
                 let group = units.unit(r, g);
+                _mm_prefetch::<_MM_HINT_T0>(nibbles.wrapping_add((group + PF) * GROUP / 2).cast());
                 let v = _mm512_load_si512(nibbles.add(group * GROUP / 2).cast());
                 let halves = [v, _mm512_srli_epi16::<4>(v)];
                 for h in 0..2 {

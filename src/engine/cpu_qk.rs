@@ -20,6 +20,11 @@ pub(crate) const QK_K: usize = 256;
 /// Bytes of one GGUF `block_q4_K`: f16 `d`, f16 `dmin`, 12 bytes of packed 6-bit scales and
 /// mins, 128 bytes of nibbles.
 const Q4K_BLOCK_BYTES: usize = 144;
+/// Software prefetch distance, in units of the interleaved pair stream (32 super-blocks: 4 KB of
+/// nibbles ahead). The hardware prefetcher alone left the k-quant kernels below the bandwidth
+/// the Q8_0 rows reach; A/B from memory, 1 thread: 896x4864 Q4_K 165 -> 156 us, Q6_K 227 ->
+/// 196 us.
+const PF: usize = 32;
 /// Bytes of one GGUF `block_q6_K`: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8
 /// scales, f16 `d`.
 const Q6K_BLOCK_BYTES: usize = 210;
@@ -625,6 +630,9 @@ unsafe fn dot2_q4k(w: &Q4KRows, rows: [usize; 2], x: &Q8KActivations) -> (f32, f
             let dm = _mm_mul_ps(dm, _mm_set1_ps(x.d[b]));
             for r in 0..2 {
                 let block = units.unit(r, b);
+                let ahead = nibbles.wrapping_add((block + PF) * QK_K / 2);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
                 let packed = w.scales.as_ptr().add(12 * block);
                 let low = _mm512_set1_epi64(packed.cast::<i64>().read_unaligned());
                 let high = _mm512_set1_epi32(packed.add(8).cast::<i32>().read_unaligned());
@@ -721,6 +729,10 @@ unsafe fn dot2_q6k(w: &Q6KRows, rows: [usize; 2], x: &Q8KActivations) -> (f32, f
             let d = _mm_mul_ps(d, _mm_set1_ps(x.d[b]));
             for r in 0..2 {
                 let block = units.unit(r, b);
+                let ahead = low.wrapping_add((block + PF) * QK_K / 2);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
+                _mm_prefetch::<_MM_HINT_T0>(high.wrapping_add((block + PF) * QK_K / 4).cast());
                 let scales = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(
                     w.scales.as_ptr().add(16 * block).cast(),
                 )));
