@@ -15,7 +15,9 @@ use rayon::prelude::*;
 
 use super::config::{Architecture, Config};
 use super::cpu_q4::Q41Rows;
+use super::cpu_q5::Q50Rows;
 use super::cpu_q8::{self, Q8Rows};
+use super::cpu_qk::{Q4KRows, Q6KRows};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::model::{DecodeRows, Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
@@ -458,6 +460,15 @@ impl GgufWeights {
                         }
                         GgmlDType::Q8_0 => {
                             Q8Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q8)
+                        }
+                        GgmlDType::Q5_0 => {
+                            Q50Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q50)
+                        }
+                        GgmlDType::Q4K => {
+                            Q4KRows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q4K)
+                        }
+                        GgmlDType::Q6K => {
+                            Q6KRows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q6K)
                         }
                         _ => None,
                     };

@@ -14,7 +14,9 @@ use candle_core::{DType, Device, Module, Tensor};
 use super::config::{Architecture, Config};
 use super::cpu_attention;
 use super::cpu_q4::Q41Rows;
+use super::cpu_q5::Q50Rows;
 use super::cpu_q8::Q8Rows;
+use super::cpu_qk::{Q4KRows, Q6KRows};
 use super::error::{EngineError, Result};
 use super::kv_cache::KvCache;
 use super::rope::Rope;
@@ -45,6 +47,12 @@ pub(crate) enum DecodeRows {
     Q8(Q8Rows),
     /// Q4_1 as stored (`cpu_q4`).
     Q41(Q41Rows),
+    /// Q5_0 as stored (`cpu_q5`).
+    Q50(Q50Rows),
+    /// Q4_K as stored (`cpu_qk`).
+    Q4K(Q4KRows),
+    /// Q6_K as stored (`cpu_qk`).
+    Q6K(Q6KRows),
 }
 
 impl DecodeRows {
@@ -52,6 +60,9 @@ impl DecodeRows {
         match self {
             Self::Q8(q) => (q.rows(), q.cols()),
             Self::Q41(q) => (q.rows(), q.cols()),
+            Self::Q50(q) => (q.rows(), q.cols()),
+            Self::Q4K(q) => (q.rows(), q.cols()),
+            Self::Q6K(q) => (q.rows(), q.cols()),
         }
     }
 
@@ -59,6 +70,9 @@ impl DecodeRows {
         match self {
             Self::Q8(q) => q.matvec(x),
             Self::Q41(q) => q.matvec(x),
+            Self::Q50(q) => q.matvec(x),
+            Self::Q4K(q) => q.matvec(x),
+            Self::Q6K(q) => q.matvec(x),
         }
     }
 }
