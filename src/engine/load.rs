@@ -65,8 +65,9 @@ pub enum QuantizedWeights {
     /// grows 8x for 4-bit types.
     Dense,
     /// `Dense` for prefill, plus a quantized copy for single-row products, i.e. decoding, which is
-    /// bound by how fast weights stream: on CPUs with AVX-512 VNNI, Q4_1 and Q8_0 tensors as stored
-    /// (our kernels, llama.cpp's arithmetic), other types re-quantized to Q8_0. The fastest CPU
+    /// bound by how fast weights stream: on CPUs with AVX-512 VNNI, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K
+    /// tensors as stored (our kernels, llama.cpp's arithmetic), other types re-quantized to Q8_0
+    /// (also Q5_0 rows whose length is not a multiple of 128). The fastest CPU
     /// setting for small models; decode logits differ slightly from `Dense`.
     DenseWithQ8Decode,
 }
