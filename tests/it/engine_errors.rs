@@ -151,19 +151,19 @@ fn unsupported_quant_type() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let gguf = tmp.path().join("q5_0.gguf");
+    let gguf = tmp.path().join("q5_1.gguf");
     rewrite_gguf(&src.join("tiny-llama-f32.gguf"), &gguf, |_, tensors| {
         for (name, t) in tensors.iter_mut() {
             if name == "blk.0.ffn_up.weight" {
                 let dense = t.dequantize(&Device::Cpu).unwrap();
-                *t = QTensor::quantize(&dense, GgmlDType::Q5_0).unwrap();
+                *t = QTensor::quantize(&dense, GgmlDType::Q5_1).unwrap();
             }
         }
     });
     match load(&gguf) {
         Err(EngineError::UnsupportedQuantType { tensor, dtype }) => {
             assert_eq!(tensor, "blk.0.ffn_up.weight");
-            assert_eq!(dtype, "Q5_0");
+            assert_eq!(dtype, "Q5_1");
         }
         other => panic!("expected UnsupportedQuantType, got {other:?}"),
     }
