@@ -1,27 +1,34 @@
-//! Single-row products (decoding) against 8-bit weights with AVX-512 VNNI.
+//! Products with Q8_0 weights (as stored in GGUF, or re-quantized from dense ones) with AVX-512
+//! VNNI (layout and driver in `cpu_matmul`), and the 8-bit activation quantization the 32-value
+//! block types share.
 //!
-//! Why our own: with `dense-q8` weights, decoding multiplies one activation row by Q8_0 weights
-//! through candle's kernel, which is AVX2 only and converts each block's f16 scale on every use.
-//! `perf` of SmolLM2 decoding: that dot product 43%, quantizing activations 7%, f16 → f32 scale
-//! conversion 6%. On CPUs with AVX-512 VNNI (`vpdpbusd`: 64 int8 products per instruction) this
-//! file does the same Q8_0 arithmetic (per-32 block f16 scales, activations quantized per block
-//! as ggml does) with the scales widened to f32 once, at load. Elsewhere the caller keeps candle's kernel.
+//! Why our own: candle's Q8_0 kernel is AVX2 only and converts each block's f16 scale on every
+//! use (`perf` of SmolLM2 decoding: that dot product 43%, quantizing activations 7%, f16 → f32
+//! conversion 6%). This file does ggml's Q8_0 arithmetic (per-32 block f16 scales, activations
+//! quantized per block as ggml does) with `vpdpbusd`. That instruction multiplies unsigned by
+//! signed bytes, so the weights are stored as `w + 128` and each activation block starts its sums
+//! at `-128 ·` its sum: every lane still ends with the exact `Σ w · x`.
 
-use super::cpu_kernels::{parallel_ranges, SharedOut};
+use super::cpu_matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES};
 
 /// Values per quantization block (ggml's Q8_0, Q8_1, Q4_1).
 pub(crate) const BLOCK: usize = 32;
 /// Bytes of one GGUF `block_q8_0`: f16 `d`, 32 int8 values.
 const GGUF_BLOCK_BYTES: usize = 34;
 
-/// A weight matrix `[rows, cols]` quantized to Q8_0: per row, `cols / 32` blocks of 32 int8 values
-/// with one f32 scale each.
+/// Software prefetch distance in the pair stream: 4 KB ahead.
+const PF: usize = 4096;
+
+/// A Q8_0 weight matrix `[rows, cols]` in the [`Units`] layout: per block 32 bytes `w + 128`
+/// (vector `k` of a unit: values `4k..4k + 4` of each block), and per unit the 16 f16 `d` (zero
+/// past the row's end).
 #[derive(Debug, Clone)]
 pub(crate) struct Q8Rows {
     rows: usize,
     cols: usize,
-    scales: Vec<f32>,
-    quants: Vec<i8>,
+    units: Units,
+    quants: AlignedBytes,
+    d: Vec<u16>,
 }
 
 /// Whether this CPU runs the VNNI kernels (here and in `cpu_q4`).
@@ -131,187 +138,218 @@ unsafe fn quantize_row_avx512(
     }
 }
 
-/// [`quantize_block_q8`] with the scale rounded to f16 (widened once here, not on every use), so
-/// the products are exactly those of ggml's Q8_0 kernels up to the order of the float additions.
-fn quantize_block(xs: &[f32], quants: &mut [i8]) -> f32 {
-    half::f16::from_f32(quantize_block_q8(xs, quants)).to_f32()
-}
-
 impl Q8Rows {
-    /// Quantizes a row-major f32 matrix; `None` unless `cols` is a multiple of 32.
+    /// Quantizes a row-major f32 matrix as ggml's `quantize_row_q8_0` does; `None` unless `cols`
+    /// is a multiple of 32.
     pub(crate) fn quantize(values: &[f32], rows: usize, cols: usize) -> Option<Self> {
-        if cols == 0 || !cols.is_multiple_of(BLOCK) || values.len() != rows * cols {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) || values.len() != rows.checked_mul(cols)? {
             return None;
         }
-        let mut quants = vec![0i8; rows * cols];
-        let scales = values
-            .chunks_exact(BLOCK)
-            .zip(quants.chunks_exact_mut(BLOCK))
-            .map(|(xs, qs)| quantize_block(xs, qs))
-            .collect();
-        Some(Self {
-            rows,
-            cols,
-            scales,
-            quants,
-        })
+        let mut bytes = Vec::with_capacity(values.len() / BLOCK * GGUF_BLOCK_BYTES);
+        let mut quants = [0i8; BLOCK];
+        for xs in values.chunks_exact(BLOCK) {
+            let d = half::f16::from_f32(quantize_block_q8(xs, &mut quants));
+            bytes.extend_from_slice(&d.to_le_bytes());
+            bytes.extend(quants.iter().map(|&q| q as u8));
+        }
+        Self::from_gguf_blocks(&bytes, rows, cols)
     }
 
-    /// GGUF Q8_0 blocks as stored (`rows · cols / 32` blocks of 34 bytes), without the round
-    /// trip through f32; `None` unless `bytes` holds exactly the matrix.
+    /// GGUF Q8_0 blocks as stored (`rows · cols / 32` blocks of 34 bytes), reordered; `None`
+    /// unless `bytes` holds exactly the matrix.
     pub(crate) fn from_gguf_blocks(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
-        if cols == 0
-            || !cols.is_multiple_of(BLOCK)
-            || bytes.len() != rows * cols / BLOCK * GGUF_BLOCK_BYTES
-        {
+        if !cols.is_multiple_of(BLOCK) {
             return None;
         }
-        let mut scales = Vec::with_capacity(rows * cols / BLOCK);
-        let mut quants = Vec::with_capacity(rows * cols);
-        for block in bytes.chunks_exact(GGUF_BLOCK_BYTES) {
-            scales.push(half::f16::from_le_bytes([block[0], block[1]]).to_f32());
-            quants.extend(block[2..].iter().map(|&b| b as i8));
+        let per_row = cols / BLOCK;
+        let units = Units::new(rows, per_row)?;
+        if bytes.len() != rows * per_row * GGUF_BLOCK_BYTES {
+            return None;
+        }
+        let mut quants = AlignedBytes::zeroed(units.packed_len(BLOCK));
+        let mut d = vec![0u16; LANES * units.count()];
+        let dst = quants.bytes_mut();
+        for (i, block) in bytes.chunks_exact(GGUF_BLOCK_BYTES).enumerate() {
+            let (r, b) = (i / per_row, i % per_row);
+            let (u, j) = (b / LANES, b % LANES);
+            let (at, lanes) = (units.offset(r, u, BLOCK), units.lanes(u));
+            d[LANES * units.index(r, u) + j] = u16::from_le_bytes([block[0], block[1]]);
+            for (k, four) in block[2..].chunks_exact(4).enumerate() {
+                for (o, &q) in dst[at + 4 * (k * lanes + j)..][..4].iter_mut().zip(four) {
+                    *o = q ^ 0x80;
+                }
+            }
         }
         Some(Self {
             rows,
             cols,
-            scales,
+            units,
             quants,
+            d,
         })
-    }
-
-    pub(crate) fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub(crate) fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// `weights · x` for one activation row `x` (`cols` values), or `None` when the CPU lacks
-    /// AVX-512 VNNI.
-    pub(crate) fn matvec(&self, x: &[f32]) -> Option<Vec<f32>> {
-        if !supported() || x.len() != self.cols {
-            return None;
-        }
-        let blocks = self.cols / BLOCK;
-        let mut x_quants = vec![0i8; self.cols];
-        let mut x_scales = vec![0f32; blocks];
-        quantize_row_q8(x, &mut x_quants, &mut x_scales, None);
-        for scale in &mut x_scales {
-            *scale = half::f16::from_f32(*scale).to_f32();
-        }
-        let mut out = vec![0f32; self.rows];
-        let shared = SharedOut(out.as_mut_ptr());
-        parallel_ranges(self.rows, |rows| {
-            for r in rows {
-                let quants = &self.quants[r * self.cols..][..self.cols];
-                let scales = &self.scales[r * blocks..][..blocks];
-                // SAFETY: `supported()` checked the features; all slices hold `blocks` blocks;
-                // each row index is written by one task only.
-                unsafe { *shared.ptr().add(r) = dot_vnni(quants, scales, &x_quants, &x_scales) };
-            }
-        });
-        Some(out)
     }
 }
 
-/// Σ over blocks of `w_scale · x_scale · Σ w_i x_i`, two blocks per 512-bit step.
-///
+/// Q8_0 activations as llama.cpp's `quantize_row_q8_0` makes them: int8 values, per block the
+/// f16-rounded scale, and as starting sum `-offset ·` the block's sum, for weights stored
+/// `offset` above their signed value (128 for Q8_0, 16 for Q5_0).
+pub(crate) fn fill_q8_0(x: &[f32], row: RowMut<'_>, offset: i32) {
+    let blocks = x.len() / BLOCK;
+    let mut quants = vec![0i8; x.len()];
+    let mut sums = vec![0i32; blocks];
+    quantize_row_q8(x, &mut quants, &mut row.scale[..blocks], Some(&mut sums));
+    interleave(&quants, BLOCK, row.quants);
+    for ((start, scale), sum) in row.start.iter_mut().zip(row.scale.iter_mut()).zip(sums) {
+        *start = -offset * sum;
+        *scale = half::f16::from_f32(*scale).to_f32();
+    }
+}
+
+impl StoredRows for Q8Rows {
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    fn quantize(&self, x: &[f32], rows: usize) -> Activations {
+        Activations::new(x, rows, self.units.units(), 8, |x, row| {
+            fill_q8_0(x, row, 128)
+        })
+    }
+
+    unsafe fn tile<const N: usize>(
+        &self,
+        rows: [usize; 2],
+        x: &Activations,
+        first: usize,
+    ) -> [[f32; 2]; N] {
+        // SAFETY: as the caller promises.
+        unsafe { tile(self, rows, x, first) }
+    }
+}
+
 /// # Safety
-/// The CPU must have the features [`supported`] checks; `w` and `x` hold `scales.len()` blocks.
+/// As [`StoredRows::tile`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-unsafe fn dot_vnni(w: &[i8], w_scales: &[f32], x: &[i8], x_scales: &[f32]) -> f32 {
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")]
+unsafe fn tile<const N: usize>(
+    w: &Q8Rows,
+    rows: [usize; 2],
+    x: &Activations,
+    first: usize,
+) -> [[f32; 2]; N] {
     use std::arch::x86_64::*;
-    let blocks = w_scales.len();
-    let mut acc = _mm512_setzero_ps();
-    let mut b = 0;
-    while b + 2 <= blocks {
-        // SAFETY: blocks b and b + 1 (64 bytes) lie inside both slices.
-        let (wv, xv) = unsafe {
-            (
-                _mm512_loadu_si512(w.as_ptr().add(b * BLOCK) as *const _),
-                _mm512_loadu_si512(x.as_ptr().add(b * BLOCK) as *const _),
-            )
-        };
-        // vpdpbusd multiplies unsigned by signed bytes: |w| times x with w's sign moved onto x.
-        let negative = _mm512_movepi8_mask(wv);
-        let x_signed = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
-        let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), x_signed);
-        // Lanes 0-7 hold block b's partial sums, lanes 8-15 block b + 1's.
-        let scale = _mm512_insertf32x8::<1>(
-            _mm512_set1_ps(w_scales[b] * x_scales[b]),
-            _mm256_set1_ps(w_scales[b + 1] * x_scales[b + 1]),
-        );
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc);
-        b += 2;
+    let quants = w.quants.as_ptr();
+    let mut acc = [[_mm512_setzero_ps(); 2]; N];
+    for u in 0..w.units.units() {
+        let lanes = w.units.lanes(u);
+        let at = rows.map(|r| w.units.offset(r, u, BLOCK));
+        let unit = rows.map(|r| w.units.index(r, u));
+        let mut sums = [[_mm512_setzero_si512(); 2]; N];
+        // SAFETY (all loads): unit u of both rows and of the activation rows lies inside the
+        // arrays; a full vector read at a short last unit stays in the allocation's slack, and
+        // its extra lanes meet zero activations.
+        unsafe {
+            for (n, sums) in sums.iter_mut().enumerate() {
+                *sums = [_mm512_loadu_si512(x.start(first + n, u).cast()); 2];
+            }
+            if N == 1 {
+                for &at in &at {
+                    for line in 0..8 {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            quants.wrapping_add(at + PF + 64 * line).cast(),
+                        );
+                    }
+                }
+            }
+            for k in 0..8 {
+                let q = at.map(|at| _mm512_loadu_si512(quants.add(at + 4 * k * lanes).cast()));
+                for (n, sums) in sums.iter_mut().enumerate() {
+                    let xk = _mm512_load_si512(x.quants(first + n, u).add(64 * k).cast());
+                    for s in 0..2 {
+                        sums[s] = _mm512_dpbusd_epi32(sums[s], q[s], xk);
+                    }
+                }
+            }
+            let d = unit
+                .map(|i| _mm512_cvtph_ps(_mm256_loadu_si256(w.d.as_ptr().add(LANES * i).cast())));
+            for (n, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
+                let dx = _mm512_loadu_ps(x.scale(first + n, u));
+                for s in 0..2 {
+                    let scale = _mm512_mul_ps(d[s], dx);
+                    acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[s]), scale, acc[s]);
+                }
+            }
+        }
     }
-    let mut total = _mm512_reduce_add_ps(acc);
-    for b in b..blocks {
-        let sum: i32 = w[b * BLOCK..][..BLOCK]
-            .iter()
-            .zip(&x[b * BLOCK..][..BLOCK])
-            .map(|(&a, &c)| a as i32 * c as i32)
-            .sum();
-        total += w_scales[b] * x_scales[b] * sum as f32;
-    }
-    total
+    super::cpu_matmul::reduce(acc)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn dot_vnni(_: &[i8], _: &[f32], _: &[i8], _: &[f32]) -> f32 {
+unsafe fn tile<const N: usize>(
+    _: &Q8Rows,
+    _: [usize; 2],
+    _: &Activations,
+    _: usize,
+) -> [[f32; 2]; N] {
     unreachable!("supported() is false off x86-64")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::cpu_matmul::tests::independent_rows;
+
+    /// The reference Q8_0 quantization of a row: per block the f16-rounded scale and the values.
+    fn reference(xs: &[f32]) -> (Vec<f64>, Vec<i8>) {
+        let mut quants = vec![0i8; xs.len()];
+        let scales = xs
+            .chunks_exact(BLOCK)
+            .zip(quants.chunks_exact_mut(BLOCK))
+            .map(|(v, q)| half::f16::from_f32(quantize_block_q8(v, q)).to_f32() as f64)
+            .collect();
+        (scales, quants)
+    }
 
     #[test]
-    fn matvec_matches_the_quantized_arithmetic_done_directly() {
-        let (rows, cols) = (200, 96); // 3 blocks per row: exercises the odd-block tail
+    fn matmul_matches_the_q8_0_arithmetic_row_by_row() {
+        // 7 rows: pairs and a lone last row; 28 blocks: a full unit and a short one; 13
+        // activation rows: whole tiles and a lone row.
+        let (rows, cols, t) = (7, 896, 13);
         let weights: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 250.0)
             .collect();
-        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x: Vec<f32> = (0..t * cols).map(|i| (i as f32 * 0.37).sin()).collect();
         let q = Q8Rows::quantize(&weights, rows, cols).unwrap();
-        let Some(got) = q.matvec(&x) else {
+        let Some(got) = independent_rows(&q, &x, t) else {
             eprintln!("no AVX-512 VNNI on this CPU: kernel not exercised");
             return;
         };
-        let mut xq = vec![0i8; cols];
-        let xs: Vec<f32> = x
-            .chunks_exact(BLOCK)
-            .zip(xq.chunks_exact_mut(BLOCK))
-            .map(|(v, qs)| quantize_block(v, qs))
-            .collect();
-        for r in 0..rows {
-            let expected: f64 = (0..cols / BLOCK)
-                .map(|b| {
-                    let s: i32 = (0..BLOCK)
-                        .map(|i| {
-                            q.quants[r * cols + b * BLOCK + i] as i32 * xq[b * BLOCK + i] as i32
-                        })
-                        .sum();
-                    q.scales[r * cols / BLOCK + b] as f64 * xs[b] as f64 * s as f64
-                })
-                .sum();
-            assert!((got[r] as f64 - expected).abs() < 1e-4, "row {r}");
-            // And within the rounding bound of the unquantized product: each value is off by at
-            // most half its block's scale.
-            let w_row = &weights[r * cols..][..cols];
-            let exact: f64 = w_row.iter().zip(&x).map(|(a, b)| (a * b) as f64).sum();
-            let bound: f64 = (0..cols)
-                .map(|i| {
-                    let (dw, dx) = (
-                        q.scales[r * cols / BLOCK + i / BLOCK] as f64 / 2.0,
-                        xs[i / BLOCK] as f64 / 2.0,
-                    );
-                    w_row[i].abs() as f64 * dx + x[i].abs() as f64 * dw + dw * dx
-                })
-                .sum();
-            assert!((got[r] as f64 - exact).abs() <= bound + 1e-5, "row {r}");
+        for (i, x) in x.chunks_exact(cols).enumerate() {
+            let (xs, xq) = reference(x);
+            for r in 0..rows {
+                let w_row = &weights[r * cols..][..cols];
+                let (ws, wq) = reference(w_row);
+                let expected: f64 = (0..cols / BLOCK)
+                    .map(|b| {
+                        let s: i32 = (b * BLOCK..(b + 1) * BLOCK)
+                            .map(|i| wq[i] as i32 * xq[i] as i32)
+                            .sum();
+                        ws[b] * xs[b] * s as f64
+                    })
+                    .sum();
+                let got = got[i * rows + r] as f64;
+                assert!((got - expected).abs() < 1e-4, "row {i}, {r}");
+                // And within the rounding bound of the unquantized product: each value is off
+                // by at most half its block's scale.
+                let exact: f64 = w_row.iter().zip(x).map(|(a, b)| (a * b) as f64).sum();
+                let bound: f64 = (0..cols)
+                    .map(|k| {
+                        let (dw, dx) = (ws[k / BLOCK] / 2.0, xs[k / BLOCK] / 2.0);
+                        w_row[k].abs() as f64 * dx + x[k].abs() as f64 * dw + dw * dx
+                    })
+                    .sum();
+                assert!((got - exact).abs() <= bound + 1e-5, "row {i}, {r}");
+            }
         }
     }
 
@@ -340,24 +378,32 @@ mod tests {
 
     #[test]
     fn gguf_q8_0_blocks_are_taken_as_stored() {
-        let weights: Vec<f32> = (0..2 * 64)
+        let weights: Vec<f32> = (0..3 * 64)
             .map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0)
             .collect();
-        let direct = Q8Rows::quantize(&weights, 2, 64).unwrap();
+        let direct = Q8Rows::quantize(&weights, 3, 64).unwrap();
         let mut bytes = Vec::new();
-        for (b, scale) in direct.scales.iter().enumerate() {
-            bytes.extend_from_slice(&half::f16::from_f32(*scale).to_le_bytes());
-            bytes.extend(direct.quants[b * BLOCK..][..BLOCK].iter().map(|&q| q as u8));
+        for xs in weights.chunks_exact(BLOCK) {
+            let (d, q) = reference(xs);
+            bytes.extend_from_slice(&half::f16::from_f64(d[0]).to_le_bytes());
+            bytes.extend(q.iter().map(|&q| q as u8));
         }
-        let stored = Q8Rows::from_gguf_blocks(&bytes, 2, 64).unwrap();
-        assert_eq!(stored.scales, direct.scales);
-        assert_eq!(stored.quants, direct.quants);
-        assert!(Q8Rows::from_gguf_blocks(&bytes[1..], 2, 64).is_none());
+        let stored = Q8Rows::from_gguf_blocks(&bytes, 3, 64).unwrap();
+        let len = direct.units.packed_len(BLOCK);
+        assert_eq!(stored.d, direct.d);
+        assert_eq!(stored.quants.bytes()[..len], direct.quants.bytes()[..len]);
+        // Stored as w + 128: block 0's first value.
+        assert_eq!(
+            stored.quants.bytes()[0],
+            (bytes[2] as i8 as i32 + 128) as u8
+        );
+        assert!(Q8Rows::from_gguf_blocks(&bytes[1..], 3, 64).is_none());
     }
 
     #[test]
     fn only_whole_blocks_are_accepted() {
         assert!(Q8Rows::quantize(&[0.0; 40], 1, 40).is_none());
         assert!(Q8Rows::quantize(&[0.0; 64], 2, 32).is_some());
+        assert!(Q8Rows::quantize(&[0.0; 64], 3, 32).is_none());
     }
 }

@@ -15,9 +15,10 @@ use rayon::prelude::*;
 
 use super::config::{Architecture, Config};
 use super::cpu_q4::Q41Rows;
+use super::cpu_q4k::Q4KRows;
 use super::cpu_q5::Q50Rows;
+use super::cpu_q6k::Q6KRows;
 use super::cpu_q8::{self, Q8Rows};
-use super::cpu_qk::{Q4KRows, Q6KRows};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::model::{DecodeRows, Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
@@ -64,11 +65,12 @@ pub enum QuantizedWeights {
     /// Expanded to dense `dtype` at load: prefill runs as a real GEMM, weights are exact, memory
     /// grows 8x for 4-bit types.
     Dense,
-    /// `Dense` for prefill, plus a quantized copy for single-row products, i.e. decoding, which is
-    /// bound by how fast weights stream: on CPUs with AVX-512 VNNI, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K
-    /// tensors as stored (our kernels, llama.cpp's arithmetic), other types re-quantized to Q8_0
-    /// (also Q5_0 rows whose length is not a multiple of 128). The fastest CPU
-    /// setting for small models; decode logits differ slightly from `Dense`.
+    /// On CPUs with AVX-512 VNNI (f32 activations): Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors as
+    /// stored, other types re-quantized to Q8_0, multiplied by our int8 kernels for prefill and
+    /// decoding alike, with llama.cpp's arithmetic (activations quantized to 8 bits); memory as
+    /// the file's. Elsewhere `Dense` for prefill plus a Q8_0 copy for single-row products, i.e.
+    /// decoding, which is bound by how fast weights stream. The fastest CPU setting for small
+    /// models; logits differ slightly from `Dense`.
     DenseWithQ8Decode,
 }
 
@@ -448,42 +450,51 @@ impl GgufWeights {
         let block_quantized =
             !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
         if block_quantized && self.quantized != QuantizedWeights::AsStored {
+            let q8_fits = inp.is_multiple_of(GgmlDType::Q8_0.block_size());
+            if self.quantized == QuantizedWeights::DenseWithQ8Decode
+                && q8_fits
+                && device.is_cpu()
+                && self.dtype == DType::F32
+                && cpu_q8::supported()
+            {
+                // Types with a kernel of ours multiply the stored blocks (llama.cpp's arithmetic
+                // and bytes); the rest a Q8_0 copy of the dense weights. Either serves every row
+                // count, so no dense copy is kept: the stored tensor stays for `Linear::rows`.
+                let stored = match q.dtype() {
+                    GgmlDType::Q4_1 => {
+                        Q41Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q41)
+                    }
+                    GgmlDType::Q8_0 => {
+                        Q8Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q8)
+                    }
+                    GgmlDType::Q5_0 => {
+                        Q50Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q50)
+                    }
+                    GgmlDType::Q4K => {
+                        Q4KRows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q4K)
+                    }
+                    GgmlDType::Q6K => {
+                        Q6KRows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q6K)
+                    }
+                    _ => None,
+                };
+                let rows = match stored {
+                    Some(rows) => Some(rows),
+                    None => {
+                        let values = q.dequantize(device)?.flatten_all()?.to_vec1::<f32>()?;
+                        Q8Rows::quantize(&values, out, inp).map(DecodeRows::Q8)
+                    }
+                };
+                if let Some(rows) = rows {
+                    return Ok(Linear::with_decode_rows(
+                        QMatMul::QTensor(Arc::new(q)),
+                        rows,
+                    ));
+                }
+            }
             let dense = q.dequantize(device)?;
             let exact = QMatMul::Tensor(dense.to_dtype(self.dtype)?);
-            let q8_fits = inp.is_multiple_of(GgmlDType::Q8_0.block_size());
             if self.quantized == QuantizedWeights::DenseWithQ8Decode && q8_fits {
-                if device.is_cpu() && self.dtype == DType::F32 && cpu_q8::supported() {
-                    // Types with a kernel of ours decode from the stored blocks (llama.cpp's
-                    // arithmetic and bytes); the rest from a Q8_0 copy of the dense weights.
-                    let stored = match q.dtype() {
-                        GgmlDType::Q4_1 => {
-                            Q41Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q41)
-                        }
-                        GgmlDType::Q8_0 => {
-                            Q8Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q8)
-                        }
-                        GgmlDType::Q5_0 => {
-                            Q50Rows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q50)
-                        }
-                        GgmlDType::Q4K => {
-                            Q4KRows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q4K)
-                        }
-                        GgmlDType::Q6K => {
-                            Q6KRows::from_gguf_blocks(&q.data()?, out, inp).map(DecodeRows::Q6K)
-                        }
-                        _ => None,
-                    };
-                    let rows = match stored {
-                        Some(rows) => Some(rows),
-                        None => {
-                            let values = dense.flatten_all()?.to_vec1::<f32>()?;
-                            Q8Rows::quantize(&values, out, inp).map(DecodeRows::Q8)
-                        }
-                    };
-                    if let Some(rows) = rows {
-                        return Ok(Linear::with_decode_rows(exact, rows));
-                    }
-                }
                 let q8 = QTensor::quantize(&dense, GgmlDType::Q8_0)?;
                 return Ok(Linear::with_single_row(exact, QMatMul::from_qtensor(q8)?));
             }

@@ -29,8 +29,11 @@
 pub mod config;
 pub(crate) mod cpu_attention;
 pub(crate) mod cpu_kernels;
+pub(crate) mod cpu_matmul;
 pub(crate) mod cpu_q4;
+pub(crate) mod cpu_q4k;
 pub(crate) mod cpu_q5;
+pub(crate) mod cpu_q6k;
 pub(crate) mod cpu_q8;
 pub(crate) mod cpu_qk;
 pub mod device;

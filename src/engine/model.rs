@@ -13,10 +13,12 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Architecture, Config};
 use super::cpu_attention;
+use super::cpu_matmul::{self, StoredRows};
 use super::cpu_q4::Q41Rows;
+use super::cpu_q4k::Q4KRows;
 use super::cpu_q5::Q50Rows;
+use super::cpu_q6k::Q6KRows;
 use super::cpu_q8::Q8Rows;
-use super::cpu_qk::{Q4KRows, Q6KRows};
 use super::error::{EngineError, Result};
 use super::kv_cache::KvCache;
 use super::rope::Rope;
@@ -28,19 +30,22 @@ use super::rope::Rope;
 pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 
 /// A projection: dense (safetensors, F16/F32 GGUF) or block-quantized (GGUF), optionally with
-/// a second, quantized copy used when a single row is multiplied (decoding), where memory
-/// bandwidth rather than arithmetic sets the speed.
+/// a quantized copy for our CPU kernels or, where they do not run, a second copy used when a
+/// single row is multiplied (decoding), where memory bandwidth rather than arithmetic sets the
+/// speed.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
     inner: QMatMul,
     single_row: Option<QMatMul>,
-    /// The single-row copy for CPUs with AVX-512 VNNI, instead of `single_row`.
+    /// Weights for our AVX-512 VNNI kernels, used for every product on the CPU in f32 (`inner`
+    /// then only serves [`Linear::rows`] and inputs the kernels cannot take).
     decode_rows: Option<DecodeRows>,
     /// `[out]`, added to every output row (Qwen2's q, k and v).
     bias: Option<Tensor>,
 }
 
-/// Weights for single-row products with our AVX-512 VNNI kernels.
+/// Weights for our AVX-512 VNNI kernels (`cpu_matmul`): decoding and prefill alike, so that a
+/// position gets the same arithmetic whichever way it is computed.
 #[derive(Debug, Clone)]
 pub(crate) enum DecodeRows {
     /// Q8_0, as stored or re-quantized from dense weights (`cpu_q8`).
@@ -49,30 +54,33 @@ pub(crate) enum DecodeRows {
     Q41(Q41Rows),
     /// Q5_0 as stored (`cpu_q5`).
     Q50(Q50Rows),
-    /// Q4_K as stored (`cpu_qk`).
+    /// Q4_K as stored (`cpu_q4k`).
     Q4K(Q4KRows),
-    /// Q6_K as stored (`cpu_qk`).
+    /// Q6_K as stored (`cpu_q6k`).
     Q6K(Q6KRows),
 }
 
 impl DecodeRows {
     fn shape(&self) -> (usize, usize) {
         match self {
-            Self::Q8(q) => (q.rows(), q.cols()),
-            Self::Q41(q) => (q.rows(), q.cols()),
-            Self::Q50(q) => (q.rows(), q.cols()),
-            Self::Q4K(q) => (q.rows(), q.cols()),
-            Self::Q6K(q) => (q.rows(), q.cols()),
+            Self::Q8(q) => q.shape(),
+            Self::Q41(q) => q.shape(),
+            Self::Q50(q) => q.shape(),
+            Self::Q4K(q) => q.shape(),
+            Self::Q6K(q) => q.shape(),
         }
     }
 
-    fn matvec(&self, x: &[f32]) -> Option<Vec<f32>> {
+    /// `x · Wᵀ` for `rows` activation rows (row-major), `[rows, out]`; `None` when the CPU lacks
+    /// AVX-512 VNNI or `x` has the wrong length. Each output row depends on its input row only,
+    /// bit for bit.
+    pub(crate) fn matmul(&self, x: &[f32], rows: usize) -> Option<Vec<f32>> {
         match self {
-            Self::Q8(q) => q.matvec(x),
-            Self::Q41(q) => q.matvec(x),
-            Self::Q50(q) => q.matvec(x),
-            Self::Q4K(q) => q.matvec(x),
-            Self::Q6K(q) => q.matvec(x),
+            Self::Q8(q) => cpu_matmul::matmul(q, x, rows),
+            Self::Q41(q) => cpu_matmul::matmul(q, x, rows),
+            Self::Q50(q) => cpu_matmul::matmul(q, x, rows),
+            Self::Q4K(q) => cpu_matmul::matmul(q, x, rows),
+            Self::Q6K(q) => cpu_matmul::matmul(q, x, rows),
         }
     }
 }
@@ -121,14 +129,14 @@ impl Linear {
 
     fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
         let cols = x.dim(candle_core::D::Minus1)?;
-        let rows = x.elem_count() / cols;
-        if let (Some(decode), 1, true, DType::F32) =
-            (&self.decode_rows, rows, x.device().is_cpu(), x.dtype())
+        let rows = x.elem_count() / cols.max(1);
+        if let (Some(decode), true, DType::F32) =
+            (&self.decode_rows, x.device().is_cpu(), x.dtype())
         {
             let (out_features, in_features) = decode.shape();
             if in_features == cols {
                 let values = x.flatten_all()?.to_vec1::<f32>()?;
-                if let Some(out) = decode.matvec(&values) {
+                if let Some(out) = decode.matmul(&values, rows) {
                     let mut dims = x.dims().to_vec();
                     if let Some(last) = dims.last_mut() {
                         *last = out_features;
