@@ -120,10 +120,11 @@ unsafe fn tile<const N: usize>(
     let low4 = _mm512_set1_epi8(0x0F);
     let nibbles = w.nibbles.as_ptr();
     let mut acc = [[_mm512_setzero_ps(); 2]; N];
-    for u in 0..w.units.units() {
-        let lanes = w.units.lanes(u);
-        let at = rows.map(|r| w.units.offset(r, u, LANE_BYTES));
-        let unit = rows.map(|r| w.units.index(r, u));
+    let pair = w.units.pair(rows);
+    for u in 0..pair.count() {
+        let lanes = pair.lanes(u);
+        let at = pair.offsets(u, LANE_BYTES);
+        let unit = pair.indices(u);
         let mut sums = [[_mm512_setzero_si512(); 2]; N];
         // SAFETY (all loads): unit u of both rows and of the activation rows lies inside the
         // arrays; a full vector read at a short last unit stays in the allocation's slack, and

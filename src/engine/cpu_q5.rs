@@ -121,10 +121,11 @@ unsafe fn tile<const N: usize>(
     let sixteen = _mm512_set1_epi8(16);
     let nibbles = w.nibbles.as_ptr();
     let mut acc = [[_mm512_setzero_ps(); 2]; N];
-    for u in 0..w.units.units() {
-        let lanes = w.units.lanes(u);
-        let at = rows.map(|r| w.units.offset(r, u, LANE_BYTES));
-        let unit = rows.map(|r| w.units.index(r, u));
+    let pair = w.units.pair(rows);
+    for u in 0..pair.count() {
+        let lanes = pair.lanes(u);
+        let at = pair.offsets(u, LANE_BYTES);
+        let unit = pair.indices(u);
         let mut sums = [[_mm512_setzero_si512(); 2]; N];
         // SAFETY (all loads): unit u of both rows and of the activation rows lies inside the
         // arrays; a full vector read at a short last unit stays in the allocation's slack, and
@@ -142,16 +143,16 @@ unsafe fn tile<const N: usize>(
                 let mut q = [[_mm512_setzero_si512(); 2]; 2];
                 for s in 0..2 {
                     let v = _mm512_loadu_si512(nibbles.add(at[s] + 4 * p * lanes).cast());
-                    let high = &w.high_bits[8 * unit[s]..][..8];
+                    let high = w.high_bits.as_ptr().add(8 * unit[s]);
                     // (nibble & 15) | 16·bit: a zero-masked move of 16s and one ternary logic op.
                     q[s][0] = _mm512_ternarylogic_epi32::<A_AND_C_OR_B>(
                         v,
-                        _mm512_maskz_mov_epi8(high[p], sixteen),
+                        _mm512_maskz_mov_epi8(*high.add(p), sixteen),
                         low4,
                     );
                     q[s][1] = _mm512_ternarylogic_epi32::<A_AND_C_OR_B>(
                         _mm512_srli_epi16::<4>(v),
-                        _mm512_maskz_mov_epi8(high[p + 4], sixteen),
+                        _mm512_maskz_mov_epi8(*high.add(p + 4), sixteen),
                         low4,
                     );
                 }

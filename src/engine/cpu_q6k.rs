@@ -149,10 +149,11 @@ unsafe fn tile<const N: usize>(
     let bits45 = _mm512_set1_epi8(0x30);
     let (low, high) = (w.low.as_ptr(), w.high.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); 2]; N];
-    for u in 0..w.units.units() {
-        let at = rows.map(|r| w.units.offset(r, u, SUB / 2));
-        let at_high = rows.map(|r| w.units.offset(r, u, SUB / 4));
-        let unit = rows.map(|r| w.units.index(r, u));
+    let pair = w.units.pair(rows);
+    for u in 0..pair.count() {
+        let at = pair.offsets(u, SUB / 2);
+        let at_high = pair.offsets(u, SUB / 4);
+        let unit = pair.indices(u);
         let mut sums = [[_mm512_setzero_si512(); 2]; N];
         // SAFETY (all loads): unit u of both rows and of the activation rows lies inside the
         // arrays (units are always whole: rows are whole super-blocks).

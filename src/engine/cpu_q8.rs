@@ -240,10 +240,11 @@ unsafe fn tile<const N: usize>(
     use std::arch::x86_64::*;
     let quants = w.quants.as_ptr();
     let mut acc = [[_mm512_setzero_ps(); 2]; N];
-    for u in 0..w.units.units() {
-        let lanes = w.units.lanes(u);
-        let at = rows.map(|r| w.units.offset(r, u, BLOCK));
-        let unit = rows.map(|r| w.units.index(r, u));
+    let pair = w.units.pair(rows);
+    for u in 0..pair.count() {
+        let lanes = pair.lanes(u);
+        let at = pair.offsets(u, BLOCK);
+        let unit = pair.indices(u);
         let mut sums = [[_mm512_setzero_si512(); 2]; N];
         // SAFETY (all loads): unit u of both rows and of the activation rows lies inside the
         // arrays; a full vector read at a short last unit stays in the allocation's slack, and
