@@ -12,7 +12,9 @@
 //! unit holds value `4p + i` of block `j` (low nibble) and value `16 + 4p + i` (high nibble),
 //! as GGUF's byte `4p + i` of the block does.
 
-use super::cpu_matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES};
+use super::cpu_matmul::{
+    f16x16, interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES,
+};
 use super::cpu_q8::{quantize_row_q8, BLOCK};
 
 /// Bytes of one GGUF `block_q4_1`: f16 `d`, f16 `m`, 16 bytes of nibbles.
@@ -140,13 +142,12 @@ unsafe fn tile<const N: usize>(
                 }
             }
             for p in 0..4 {
-                let q = at.map(|at| {
+                let mut q = [[_mm512_setzero_si512(); 2]; 2];
+                for (q, &at) in q.iter_mut().zip(&at) {
                     let v = _mm512_loadu_si512(nibbles.add(at + 4 * p * lanes).cast());
-                    [
-                        _mm512_and_si512(v, low4),
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
-                    ]
-                });
+                    q[0] = _mm512_and_si512(v, low4);
+                    q[1] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
+                }
                 for (n, sums) in sums.iter_mut().enumerate() {
                     let xq = x.quants(first + n, u);
                     let x0 = _mm512_load_si512(xq.add(64 * p).cast());
@@ -157,11 +158,11 @@ unsafe fn tile<const N: usize>(
                     }
                 }
             }
-            let half = |v: &Vec<u16>, i: usize| {
-                _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(LANES * i).cast()))
-            };
-            let d = unit.map(|i| half(&w.d, i));
-            let m = unit.map(|i| half(&w.m, i));
+            let (mut d, mut m) = ([_mm512_setzero_ps(); 2], [_mm512_setzero_ps(); 2]);
+            for s in 0..2 {
+                d[s] = f16x16(w.d.as_ptr().add(LANES * unit[s]));
+                m[s] = f16x16(w.m.as_ptr().add(LANES * unit[s]));
+            }
             for (n, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
                 let dx = _mm512_loadu_ps(x.scale(first + n, u));
                 let sx = _mm512_loadu_ps(x.extra(first + n, u));

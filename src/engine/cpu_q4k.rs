@@ -142,6 +142,8 @@ fn fill_q8k_32(x: &[f32], row: RowMut<'_>) {
 }
 
 impl StoredRows for Q4KRows {
+    const ROWS: usize = 4;
+
     fn shape(&self) -> (usize, usize) {
         (self.rows, self.cols)
     }
@@ -201,13 +203,12 @@ unsafe fn tile<const N: usize>(
                 }
             }
             for p in 0..4 {
-                let q = at.map(|at| {
+                let mut q = [[_mm512_setzero_si512(); 2]; 2];
+                for (q, &at) in q.iter_mut().zip(&at) {
                     let v = _mm512_loadu_si512(nibbles.add(at + 4 * p * lanes).cast());
-                    [
-                        _mm512_and_si512(v, low4),
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
-                    ]
-                });
+                    q[0] = _mm512_and_si512(v, low4);
+                    q[1] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
+                }
                 for (n, sums) in sums.iter_mut().enumerate() {
                     let xq = x.quants(first + n, u);
                     let x0 = _mm512_load_si512(xq.add(64 * p).cast());
@@ -219,30 +220,30 @@ unsafe fn tile<const N: usize>(
                 }
             }
             // Per lane d · scale and dmin · min, both exact in f32 (11 by 6 bits).
-            let scaled = unit.map(|i| {
+            let mut scaled = [[_mm512_setzero_ps(); 2]; 2];
+            for (scaled, &i) in scaled.iter_mut().zip(&unit) {
                 let packed = w.scales.as_ptr().add(SCALE_BYTES * i);
                 let low = _mm512_cvtepu8_epi32(_mm_loadu_si128(packed.cast()));
                 let top = packed.add(16).cast::<u64>().read_unaligned();
-                let top_bits = |word: u64| {
+                let mut top_bits = [_mm512_setzero_si512(); 2];
+                for (bits, word) in top_bits.iter_mut().zip([top, top >> 32]) {
                     let t = _mm512_srlv_epi32(_mm512_set1_epi32(word as u32 as i32), top_shift);
-                    _mm512_and_si512(_mm512_slli_epi32::<4>(t), top2)
-                };
-                let scale = _mm512_or_si512(_mm512_and_si512(low, fifteen), top_bits(top));
-                let min = _mm512_or_si512(_mm512_srli_epi32::<4>(low), top_bits(top >> 32));
+                    *bits = _mm512_and_si512(_mm512_slli_epi32::<4>(t), top2);
+                }
+                let scale = _mm512_or_si512(_mm512_and_si512(low, fifteen), top_bits[0]);
+                let min = _mm512_or_si512(_mm512_srli_epi32::<4>(low), top_bits[1]);
                 let dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_loadl_epi64(
                     w.dmin.as_ptr().add(i).cast(),
                 )));
-                [
-                    _mm512_mul_ps(
-                        _mm512_cvtepi32_ps(scale),
-                        _mm512_permutexvar_ps(d_lanes, dm),
-                    ),
-                    _mm512_mul_ps(
-                        _mm512_cvtepi32_ps(min),
-                        _mm512_permutexvar_ps(dmin_lanes, dm),
-                    ),
-                ]
-            });
+                scaled[0] = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(scale),
+                    _mm512_permutexvar_ps(d_lanes, dm),
+                );
+                scaled[1] = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(min),
+                    _mm512_permutexvar_ps(dmin_lanes, dm),
+                );
+            }
             for (n, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
                 let dx = _mm512_loadu_ps(x.scale(first + n, u));
                 let bx = _mm512_loadu_ps(x.extra(first + n, u));

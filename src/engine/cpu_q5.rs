@@ -11,7 +11,7 @@
 //! as GGUF's byte `4p + i` of the block does; the fifth bits become one 64-bit mask per kernel
 //! vector, added with a masked move. Memory stays 5.5 bits per weight.
 
-use super::cpu_matmul::{Activations, AlignedBytes, StoredRows, Units, LANES};
+use super::cpu_matmul::{f16x16, Activations, AlignedBytes, StoredRows, Units, LANES};
 use super::cpu_q8::{fill_q8_0, BLOCK};
 
 /// Bytes of one GGUF `block_q5_0`: f16 `d`, the 32 fifth bits (`qh`, little-endian u32), 16
@@ -166,8 +166,10 @@ unsafe fn tile<const N: usize>(
                     }
                 }
             }
-            let d = unit
-                .map(|i| _mm512_cvtph_ps(_mm256_loadu_si256(w.d.as_ptr().add(LANES * i).cast())));
+            let mut d = [_mm512_setzero_ps(); 2];
+            for (d, &i) in d.iter_mut().zip(&unit) {
+                *d = f16x16(w.d.as_ptr().add(LANES * i));
+            }
             for (n, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
                 let dx = _mm512_loadu_ps(x.scale(first + n, u));
                 for s in 0..2 {

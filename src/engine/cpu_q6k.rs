@@ -111,6 +111,8 @@ fn fill_q8k_16(x: &[f32], row: RowMut<'_>) {
 }
 
 impl StoredRows for Q6KRows {
+    const ROWS: usize = 4;
+
     fn shape(&self) -> (usize, usize) {
         (self.rows, self.cols)
     }
@@ -168,45 +170,49 @@ unsafe fn tile<const N: usize>(
                     _mm_prefetch::<_MM_HINT_T0>(high.wrapping_add(at_high[s] + PF / 2).cast());
                 }
             }
-            let q = [0, 1].map(|s| {
-                let v = [0, 1].map(|p| _mm512_load_si512(low.add(at[s] + 64 * p).cast()));
-                let top = _mm512_load_si512(high.add(at_high[s]).cast());
-                // Vector k takes bits 2k..2k + 2 of the top-bit bytes, moved to bits 4..6.
-                let tops = [
-                    _mm512_slli_epi16::<4>(top),
-                    _mm512_slli_epi16::<2>(top),
-                    top,
-                    _mm512_srli_epi16::<2>(top),
-                ];
-                let nibbles = [
-                    v[0],
-                    v[1],
-                    _mm512_srli_epi16::<4>(v[0]),
-                    _mm512_srli_epi16::<4>(v[1]),
-                ];
-                [0, 1, 2, 3].map(|k| {
-                    _mm512_ternarylogic_epi32::<A_AND_C_OR_B>(
-                        nibbles[k],
-                        _mm512_and_si512(tops[k], bits45),
+            let (mut v, mut top) = (
+                [[_mm512_setzero_si512(); 2]; 2],
+                [_mm512_setzero_si512(); 2],
+            );
+            for s in 0..2 {
+                v[s][0] = _mm512_load_si512(low.add(at[s]).cast());
+                v[s][1] = _mm512_load_si512(low.add(at[s] + 64).cast());
+                top[s] = _mm512_load_si512(high.add(at_high[s]).cast());
+            }
+            for k in 0..4 {
+                let mut q = [_mm512_setzero_si512(); 2];
+                for s in 0..2 {
+                    let nibbles = match k {
+                        0 | 1 => v[s][k],
+                        _ => _mm512_srli_epi16::<4>(v[s][k - 2]),
+                    };
+                    // Vector k takes bits 2k..2k + 2 of the top-bit bytes, moved to bits 4..6.
+                    let bits = match k {
+                        0 => _mm512_slli_epi16::<4>(top[s]),
+                        1 => _mm512_slli_epi16::<2>(top[s]),
+                        2 => top[s],
+                        _ => _mm512_srli_epi16::<2>(top[s]),
+                    };
+                    q[s] = _mm512_ternarylogic_epi32::<A_AND_C_OR_B>(
+                        nibbles,
+                        _mm512_and_si512(bits, bits45),
                         low4,
-                    )
-                })
-            });
-            for (n, sums) in sums.iter_mut().enumerate() {
-                let xq = x.quants(first + n, u);
-                for (k, q) in [0, 1, 2, 3].map(|k| [q[0][k], q[1][k]]).iter().enumerate() {
-                    let xk = _mm512_load_si512(xq.add(64 * k).cast());
+                    );
+                }
+                for (n, sums) in sums.iter_mut().enumerate() {
+                    let xk = _mm512_load_si512(x.quants(first + n, u).add(64 * k).cast());
                     for s in 0..2 {
                         sums[s] = _mm512_dpbusd_epi32(sums[s], q[s], xk);
                     }
                 }
             }
             // Per lane d · scale, exact in f32 (11 by 8 bits).
-            let scale = unit.map(|i| {
+            let mut scale = [_mm512_setzero_ps(); 2];
+            for (scale, &i) in scale.iter_mut().zip(&unit) {
                 let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(w.scales.as_ptr().add(i).cast()));
-                let d = _mm512_cvtph_ps(_mm256_set1_epi16(w.d[i] as i16));
-                _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d)
-            });
+                let d = _mm512_cvtph_ps(_mm256_set1_epi16(*w.d.as_ptr().add(i) as i16));
+                *scale = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d);
+            }
             for (n, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
                 let dx = _mm512_loadu_ps(x.scale(first + n, u));
                 for s in 0..2 {

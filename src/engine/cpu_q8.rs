@@ -9,7 +9,9 @@
 //! signed bytes, so the weights are stored as `w + 128` and each activation block starts its sums
 //! at `-128 ·` its sum: every lane still ends with the exact `Σ w · x`.
 
-use super::cpu_matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES};
+use super::cpu_matmul::{
+    f16x16, interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES,
+};
 
 /// Values per quantization block (ggml's Q8_0, Q8_1, Q4_1).
 pub(crate) const BLOCK: usize = 32;
@@ -263,7 +265,10 @@ unsafe fn tile<const N: usize>(
                 }
             }
             for k in 0..8 {
-                let q = at.map(|at| _mm512_loadu_si512(quants.add(at + 4 * k * lanes).cast()));
+                let mut q = [_mm512_setzero_si512(); 2];
+                for (q, &at) in q.iter_mut().zip(&at) {
+                    *q = _mm512_loadu_si512(quants.add(at + 4 * k * lanes).cast());
+                }
                 for (n, sums) in sums.iter_mut().enumerate() {
                     let xk = _mm512_load_si512(x.quants(first + n, u).add(64 * k).cast());
                     for s in 0..2 {
@@ -271,8 +276,10 @@ unsafe fn tile<const N: usize>(
                     }
                 }
             }
-            let d = unit
-                .map(|i| _mm512_cvtph_ps(_mm256_loadu_si256(w.d.as_ptr().add(LANES * i).cast())));
+            let mut d = [_mm512_setzero_ps(); 2];
+            for (d, &i) in d.iter_mut().zip(&unit) {
+                *d = f16x16(w.d.as_ptr().add(LANES * i));
+            }
             for (n, (acc, sums)) in acc.iter_mut().zip(&sums).enumerate() {
                 let dx = _mm512_loadu_ps(x.scale(first + n, u));
                 for s in 0..2 {

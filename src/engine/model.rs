@@ -135,8 +135,15 @@ impl Linear {
         {
             let (out_features, in_features) = decode.shape();
             if in_features == cols {
-                let values = x.flatten_all()?.to_vec1::<f32>()?;
-                if let Some(out) = decode.matmul(&values, rows) {
+                let x = x.contiguous()?;
+                let (storage, layout) = x.storage_and_layout();
+                let values = match (&*storage, layout.contiguous_offsets()) {
+                    (candle_core::Storage::Cpu(cpu), Some((start, end))) => {
+                        &cpu.as_slice::<f32>()?[start..end]
+                    }
+                    _ => &[][..],
+                };
+                if let Some(out) = decode.matmul(values, rows) {
                     let mut dims = x.dims().to_vec();
                     if let Some(last) = dims.last_mut() {
                         *last = out_features;
