@@ -106,6 +106,84 @@ fn answer_text(rows: &[Vec<Option<String>>]) -> String {
         .join("; ")
 }
 
+/// One table's SQL QA conversation: the prompt, and after a failed query the model's reply and the
+/// error, so each call can be made (and counted against a step budget) by the caller.
+pub struct SqlSession {
+    relation: Relation,
+    messages: Vec<ChatMessage>,
+}
+
+impl SqlSession {
+    /// Loads `table` and writes the first prompt; `Err` with a message when the table cannot be
+    /// a relation (no columns) — nothing to ask the model then.
+    pub fn new(table: &Table, query: &str) -> Result<Self, String> {
+        let relation = Relation::from_table(table, TABLE_NAME).map_err(|e| e.to_string())?;
+        let prompt = sql_prompt(&relation, query).map_err(|e| e.to_string())?;
+        Ok(Self {
+            relation,
+            messages: vec![ChatMessage::user(prompt)],
+        })
+    }
+
+    /// The conversation so far: what the next call sends.
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.messages
+    }
+
+    /// Runs the query in `reply`; a failure adds the reply and the error to the conversation,
+    /// so the next call is the retry.
+    pub fn run_reply(&mut self, reply: &str) -> SqlAttempt {
+        let started = std::time::Instant::now();
+        let limits = QueryLimits {
+            max_rows: ANSWER_ROWS,
+            ..QueryLimits::default()
+        };
+        let (sql, result) = match extract_sql(reply) {
+            Some(sql) => {
+                let result = self.relation.query(&sql, &limits);
+                (sql, result.map_err(|e| e.to_string()))
+            }
+            None => (String::new(), Err("the reply holds no SELECT query".into())),
+        };
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        match result {
+            Ok(result) => SqlAttempt {
+                sql,
+                rows: result.rows,
+                truncated: result.truncated,
+                error: None,
+                ms,
+            },
+            Err(error) => {
+                self.messages.push(ChatMessage::assistant(reply));
+                self.messages.push(ChatMessage::user(format!(
+                    "The query failed: {error}\nWrite a corrected SQLite query. Return only the SQL."
+                )));
+                SqlAttempt {
+                    sql,
+                    rows: Vec::new(),
+                    truncated: false,
+                    error: Some(error),
+                    ms,
+                }
+            }
+        }
+    }
+}
+
+impl SqlAttempt {
+    /// The answer the rows give: values joined by `, ` within a row and `; ` between rows.
+    pub fn answer(&self) -> String {
+        answer_text(&self.rows)
+    }
+
+    /// Whether the query ran and returned something other than NULLs: an error or an empty
+    /// result means this table did not answer.
+    pub fn answered(&self) -> bool {
+        self.error.is_none() && self.rows.iter().flatten().any(Option::is_some)
+    }
+}
+
 /// SQL QA on `table`: one query, and one retry with the error if it fails.
 pub fn sql_qa<L: Llm + ?Sized>(
     llm: &mut L,
@@ -120,12 +198,9 @@ pub fn sql_qa<L: Llm + ?Sized>(
         attempts: Vec::new(),
         responses: Vec::new(),
     };
-    let loaded = Relation::from_table(table, TABLE_NAME)
-        .and_then(|relation| sql_prompt(&relation, query).map(|prompt| (relation, prompt)));
-    let (relation, prompt) = match loaded {
-        Ok(loaded) => loaded,
+    let mut session = match SqlSession::new(table, query) {
+        Ok(session) => session,
         Err(error) => {
-            // Nothing to ask the model about; the caller records an unanswered call.
             outcome.attempts.push(SqlAttempt {
                 sql: String::new(),
                 rows: Vec::new(),
@@ -136,55 +211,23 @@ pub fn sql_qa<L: Llm + ?Sized>(
             return Ok(outcome);
         }
     };
-    let mut messages = vec![ChatMessage::user(prompt)];
-    let limits = QueryLimits {
-        max_rows: ANSWER_ROWS,
-        ..QueryLimits::default()
-    };
     for _ in 0..2 {
         let response = llm.chat(&LlmRequest {
-            messages: messages.clone(),
+            messages: session.messages().to_vec(),
             max_new_tokens,
             kind,
             constraint: None,
         })?;
-        let reply = response.text.clone();
+        let attempt = session.run_reply(&response.text);
         outcome.responses.push(response);
-        let started = std::time::Instant::now();
-        let (sql, result) = match extract_sql(&reply) {
-            Some(sql) => {
-                let result = relation.query(&sql, &limits);
-                (sql, result.map_err(|e| e.to_string()))
-            }
-            None => (String::new(), Err("the reply holds no SELECT query".into())),
-        };
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        match result {
-            Ok(result) => {
-                outcome.answer = answer_text(&result.rows);
-                outcome.parsed = true;
-                outcome.attempts.push(SqlAttempt {
-                    sql,
-                    rows: result.rows,
-                    truncated: result.truncated,
-                    error: None,
-                    ms,
-                });
-                return Ok(outcome);
-            }
-            Err(error) => {
-                messages.push(ChatMessage::assistant(reply));
-                messages.push(ChatMessage::user(format!(
-                    "The query failed: {error}\nWrite a corrected SQLite query. Return only the SQL."
-                )));
-                outcome.attempts.push(SqlAttempt {
-                    sql,
-                    rows: Vec::new(),
-                    truncated: false,
-                    error: Some(error),
-                    ms,
-                });
-            }
+        let ran = attempt.error.is_none();
+        if ran {
+            outcome.answer = attempt.answer();
+            outcome.parsed = true;
+        }
+        outcome.attempts.push(attempt);
+        if ran {
+            break;
         }
     }
     Ok(outcome)

@@ -57,11 +57,6 @@ pub struct EvalArgs {
     /// Record every time as 0, so two runs compare byte for byte.
     #[arg(long)]
     pub no_timings: bool,
-    /// How the baseline methods (oracle, bm25, dense, rerank) answer table questions: `text`
-    /// (the model reads the table) or `sql` (the model writes one SQLite query over the top
-    /// table, the answer is its result; one retry on an error). Fact verification stays text.
-    #[arg(long, value_enum, default_value_t = QaMode::Text)]
-    pub qa: QaMode,
 }
 
 #[derive(Debug, clap::Args)]
@@ -183,8 +178,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if args.method == Method::Tableseek {
         options["widen_empty"] = serde_json::json!(args.agent.widen_empty);
     }
-    if args.qa != QaMode::Text {
-        options["qa"] = serde_json::json!(args.qa);
+    if args.agent.qa != QaMode::Text {
+        options["qa"] = serde_json::json!(args.agent.qa);
     }
     if dense {
         options["embed_model"] = serde_json::json!(args.encoder.model_path());
@@ -260,7 +255,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         qa_max_new_tokens: max_new_tokens,
         timings: !args.no_timings,
         rerank_depth: args.rerank.depth(),
-        qa: args.qa,
+        qa: args.agent.qa,
         ..EvalOptions::default()
     };
     let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::dataset::EvalQuery;
 use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Verdict};
 use crate::agent::sql_qa::sql_qa;
+pub use crate::agent::QaMode;
 use crate::agent::{
     self, baseline_qa, Agent, AgentConfig, AgentError, CallKind, Llm, LlmResponse, SearchSpace,
     StepKind, TaskType, Trajectory,
@@ -207,18 +208,6 @@ pub struct EvalOptions {
     pub rerank_depth: usize,
     /// How the baseline methods (oracle, bm25, dense, rerank) answer table questions.
     pub qa: QaMode,
-}
-
-/// How QA reads a table for a `tableqa` query.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum QaMode {
-    /// The model reads the serialized table and writes the answer.
-    #[default]
-    Text,
-    /// The model writes one SQLite query over the top table; the answer is its result
-    /// ([`crate::agent::sql_qa`]). Fact verification stays text.
-    Sql,
 }
 
 impl Default for EvalOptions {
