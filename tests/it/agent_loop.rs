@@ -849,8 +849,15 @@ fn sql_qa_retries_on_an_error_and_falls_back_on_an_empty_result() {
             StepKind::QaFallback
         ]
     );
-    let sql: Vec<_> = t.calls[2..].iter().map(|c| c.sql.clone().unwrap()).collect();
-    assert!(sql[0].error.as_deref().unwrap().contains("no such column: population"));
+    let sql: Vec<_> = t.calls[2..]
+        .iter()
+        .map(|c| c.sql.clone().unwrap())
+        .collect();
+    assert!(sql[0]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("no such column: population"));
     assert!(!t.calls[2].parsed);
     // The retry saw the error; its query ran but found no row.
     assert!(user_text(&llm.requests()[3]).contains("no such column: population"));
