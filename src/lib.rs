@@ -12,6 +12,7 @@ pub mod engine;
 pub mod eval;
 pub mod grep;
 pub mod retrieve;
+pub mod sql;
 
 /// candle allocates a fresh buffer for every op's output, many above glibc's mmap threshold
 /// (32 MiB at most), which glibc maps and unmaps per call, so every op paid page faults and page

@@ -93,6 +93,10 @@ impl SearchSpace for CorpusSpace<'_> {
         cap_text(self.corpus.text(table), self.max_table_chars)
     }
 
+    fn table(&self, table: usize) -> Option<&crate::corpus::Table> {
+        Some(self.corpus.table(table))
+    }
+
     fn table_id(&self, table: usize) -> &str {
         self.corpus.id(table)
     }

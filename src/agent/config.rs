@@ -214,6 +214,19 @@ pub struct Ablations {
     pub match_only_qa: bool,
 }
 
+/// How QA reads a table for a `tableqa` query.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum QaMode {
+    /// The model reads the serialized table and writes the answer.
+    #[default]
+    Text,
+    /// The model writes one SQLite query over the top table; the answer is its result
+    /// ([`crate::agent::sql_qa`]); a query that fails or returns nothing counts as insufficient
+    /// evidence, so the loop falls back to the next table. Fact verification stays text.
+    Sql,
+}
+
 /// Everything that shapes one agent run. Build with [`AgentConfig::builder`] to get validation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -234,6 +247,8 @@ pub struct AgentConfig {
     /// empty result back to the model); small models need it: SmolLM2's constrained patterns
     /// matched nothing in round 0 for 35 of 50 TabFact claims and 41 of 50 Spider questions.
     pub widen_empty: bool,
+    /// How QA reads a table for a `tableqa` query.
+    pub qa: QaMode,
 }
 
 impl Default for AgentConfig {
@@ -248,6 +263,7 @@ impl Default for AgentConfig {
             max_new_tokens: 8192,
             ablations: Ablations::default(),
             widen_empty: true,
+            qa: QaMode::Text,
         }
     }
 }
@@ -335,6 +351,11 @@ impl AgentConfigBuilder {
 
     pub fn widen_empty(mut self, on: bool) -> Self {
         self.config.widen_empty = on;
+        self
+    }
+
+    pub fn qa(mut self, qa: QaMode) -> Self {
+        self.config.qa = qa;
         self
     }
 

@@ -39,6 +39,7 @@ pub mod parse;
 pub mod prompts;
 mod run;
 pub mod schemas;
+pub mod sql_qa;
 pub mod testing;
 mod trajectory;
 
@@ -48,7 +49,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::engine::Grammar;
 pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
-    Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, Strategy, TaskType,
+    Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, QaMode, Strategy, TaskType,
 };
 pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};
@@ -238,4 +239,9 @@ pub trait SearchSpace {
     fn full_text(&self, table: usize) -> String;
     /// The real table id, for the trajectory only: never rendered into a prompt.
     fn table_id(&self, table: usize) -> &str;
+    /// The parsed table, for QA that loads it into SQL ([`sql_qa`]); `None` where the space
+    /// holds text only.
+    fn table(&self, _table: usize) -> Option<&crate::corpus::Table> {
+        None
+    }
 }

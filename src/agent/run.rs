@@ -30,12 +30,13 @@ use super::fit::fit_tables;
 use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
 use super::prompts::{self, PromptOptions, Prompts, ShownTable};
 use super::schemas;
+use super::sql_qa::SqlSession;
 use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
 use super::{
     AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest, LlmResponse,
-    RankedTable, SearchSpace, Strategy, TaskType,
+    QaMode, RankedTable, SearchSpace, Strategy, TaskType,
 };
 
 /// Runs the TableSeek loop with one configuration over any number of queries.
@@ -227,6 +228,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             parsed,
             constrained: response.constrained,
             action,
+            sql: None,
         });
     }
 
@@ -447,8 +449,80 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         self.ranking.splice(..shown, head);
     }
 
+    /// SQL QA on `table` (tableqa under [`QaMode::Sql`]): one call, and one retry with the error
+    /// while the budget lasts. A query that fails or returns nothing is insufficient evidence,
+    /// so the loop falls back to the next table.
+    fn answer_sql(
+        &mut self,
+        kind: CallKind,
+        table: usize,
+        mut session: SqlSession,
+    ) -> Result<Verdict, AgentError> {
+        let table_id = self.space.table_id(table).to_string();
+        let mut verdict = Verdict::Insufficient;
+        for attempt_no in 0..2 {
+            if attempt_no > 0 && self.steps() >= self.config.max_steps {
+                break;
+            }
+            let response = self.call(kind, session.messages().to_vec(), None)?;
+            let attempt = session.run_reply(&response.text);
+            let answered = attempt.answered();
+            verdict = if answered {
+                Verdict::Answered
+            } else {
+                Verdict::Insufficient
+            };
+            let answer = if answered {
+                attempt.answer()
+            } else {
+                String::new()
+            };
+            let call = self.steps();
+            self.trajectory.tables_seen.push(SeenTable {
+                table_id: table_id.clone(),
+                call,
+                verdict,
+            });
+            self.trajectory.answer = answer.clone();
+            self.trajectory.verdict = Some(verdict);
+            self.trajectory.final_table = Some(table_id.clone());
+            let step_kind = match kind {
+                CallKind::QaFallback => StepKind::QaFallback,
+                _ => StepKind::Qa,
+            };
+            let ran = attempt.error.is_none();
+            self.record(
+                step_kind,
+                response,
+                ran,
+                Action::Answer {
+                    table_ids: vec![table_id.clone()],
+                    answer,
+                    verdict,
+                },
+            );
+            if let Some(last) = self.trajectory.calls.last_mut() {
+                last.sql = Some(attempt);
+            }
+            // A query that ran answered or showed the table lacks the answer: no retry either way.
+            if ran {
+                break;
+            }
+        }
+        Ok(verdict)
+    }
+
     /// One QA call over `tables`; updates the answer, the final table and the tables seen.
     fn answer(&mut self, kind: CallKind, tables: &[usize]) -> Result<Verdict, AgentError> {
+        if self.config.qa == QaMode::Sql && self.config.task == TaskType::Tableqa {
+            let session = tables.first().and_then(|&t| {
+                let table = self.space.table(t)?;
+                SqlSession::new(table, self.query).ok().map(|s| (t, s))
+            });
+            if let Some((table, session)) = session {
+                return self.answer_sql(kind, table, session);
+            }
+        }
         let match_only_qa = self.config.ablations.match_only_qa;
         let mut shown: Vec<ShownTable> = tables
             .iter()

@@ -129,6 +129,8 @@ impl Llm for ScriptedLlm {
 pub struct MemoryTable {
     pub id: String,
     pub text: String,
+    /// The text read as CSV, for SQL QA; `None` when it is not one table.
+    pub table: Option<crate::corpus::Table>,
 }
 
 /// Tables held as strings. Score = share of the patterns (case-insensitive regexes; an invalid
@@ -149,9 +151,16 @@ impl MemorySpace {
         Self {
             tables: tables
                 .into_iter()
-                .map(|(id, text)| MemoryTable {
-                    id: id.into(),
-                    text: text.into(),
+                .map(|(id, text)| {
+                    let text: String = text.into();
+                    let table = crate::corpus::parse_text(&text, crate::corpus::TextFormat::Csv)
+                        .ok()
+                        .and_then(|tables| tables.into_iter().next());
+                    MemoryTable {
+                        id: id.into(),
+                        text,
+                        table,
+                    }
                 })
                 .collect(),
         }
@@ -258,5 +267,9 @@ impl SearchSpace for MemorySpace {
 
     fn table_id(&self, table: usize) -> &str {
         self.tables.get(table).map_or("", |t| t.id.as_str())
+    }
+
+    fn table(&self, table: usize) -> Option<&crate::corpus::Table> {
+        self.tables.get(table)?.table.as_ref()
     }
 }

@@ -109,6 +109,9 @@ pub struct CallRecord {
     #[serde(default)]
     pub constrained: bool,
     pub action: Action,
+    /// SQL QA: the query this call wrote, its result rows (capped) or its error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<super::sql_qa::SqlAttempt>,
 }
 
 /// One ranked candidate of a round.

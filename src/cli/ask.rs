@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tableseek::agent::{
-    Ablations, Agent, AgentConfig, CorpusSpace, EngineLlm, Evidence, History, Strategy, TaskType,
-    Trajectory,
+    Ablations, Agent, AgentConfig, CorpusSpace, EngineLlm, Evidence, History, QaMode, Strategy,
+    TaskType, Trajectory,
 };
 use tableseek::corpus::{Corpus, LoadOptions};
 
@@ -45,6 +45,11 @@ pub struct AgentArgs {
     /// the empty result goes back to the model, as in the paper).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub widen_empty: OnOff,
+    /// How table questions are answered: `text` (the model reads the table and writes the answer)
+    /// or `sql` (it writes one SQLite query over the table, the answer is the result; one retry
+    /// on an error; an empty result falls back to the next table). Fact verification stays text.
+    #[arg(long, value_enum, default_value_t = QaMode::Text)]
+    pub qa: QaMode,
     /// Ablation: from the first ranking straight to QA.
     #[arg(long)]
     pub no_refine: bool,
@@ -86,6 +91,7 @@ impl AgentArgs {
             .max_new_tokens(self.max_new_tokens.unwrap_or(default_max_new_tokens))
             .ablations(ablations)
             .widen_empty(self.widen_empty.is_on())
+            .qa(self.qa)
             .build()?)
     }
 }

@@ -12,7 +12,7 @@ use tableseek::engine::DeviceMap;
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
     compare_runs, load_queries, read_records, render_comparison, render_report, resolve_dataset,
-    write_summary, EvalOptions, Evaluator, Method, RunConfig, RunDir,
+    write_summary, EvalOptions, Evaluator, Method, QaMode, RunConfig, RunDir,
 };
 
 use super::ask::AgentArgs;
@@ -178,6 +178,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if args.method == Method::Tableseek {
         options["widen_empty"] = serde_json::json!(args.agent.widen_empty);
     }
+    if args.agent.qa != QaMode::Text {
+        options["qa"] = serde_json::json!(args.agent.qa);
+    }
     if dense {
         options["embed_model"] = serde_json::json!(args.encoder.model_path());
         options["embed_max_length"] = serde_json::json!(args.encoder.max_length);
@@ -252,6 +255,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         qa_max_new_tokens: max_new_tokens,
         timings: !args.no_timings,
         rerank_depth: args.rerank.depth(),
+        qa: args.agent.qa,
         ..EvalOptions::default()
     };
     let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);

@@ -25,5 +25,5 @@ mod special;
 
 pub use dataset::{load_queries, resolve_dataset, DatasetError, EvalQuery};
 pub use report::{compare_runs, render_comparison, render_report, Comparison, Summary};
-pub use run::{EvalError, EvalOptions, Evaluator, Method, QueryRecord};
+pub use run::{EvalError, EvalOptions, Evaluator, Method, QaMode, QueryRecord};
 pub use rundir::{read_records, write_summary, RunConfig, RunDir, RunError};

@@ -15,9 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::EvalQuery;
 use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Verdict};
+use crate::agent::sql_qa::sql_qa;
+pub use crate::agent::QaMode;
 use crate::agent::{
-    self, baseline_qa, Agent, AgentConfig, AgentError, Llm, SearchSpace, StepKind, TaskType,
-    Trajectory,
+    self, baseline_qa, Agent, AgentConfig, AgentError, CallKind, Llm, LlmResponse, SearchSpace,
+    StepKind, TaskType, Trajectory,
 };
 use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index, Hit};
 use crate::retrieve::dense::{DenseError, DenseIndex, TextEncoder};
@@ -204,6 +206,8 @@ pub struct EvalOptions {
     pub timings: bool,
     /// How many dense candidates the rerank method reorders.
     pub rerank_depth: usize,
+    /// How the baseline methods (oracle, bm25, dense, rerank) answer table questions.
+    pub qa: QaMode,
 }
 
 impl Default for EvalOptions {
@@ -214,6 +218,7 @@ impl Default for EvalOptions {
             ranking_depth: 10,
             timings: true,
             rerank_depth: 5,
+            qa: QaMode::Text,
         }
     }
 }
@@ -551,6 +556,13 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         tables: Vec<usize>,
         retrieval_ms: f64,
     ) -> Result<QueryRecord, EvalError> {
+        if self.options.qa == QaMode::Sql && query.task == TaskType::Tableqa {
+            if let Some(&first) = tables.first() {
+                if let Some(table) = self.space.table(first) {
+                    return self.baseline_sql(llm, query, first, table, retrieval_ms);
+                }
+            }
+        }
         let texts: Vec<String> = tables.iter().map(|&t| self.space.full_text(t)).collect();
         let (outcome, response) = baseline_qa(
             llm,
@@ -585,6 +597,61 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 ms: StageMs {
                     retrieval: retrieval_ms,
                     qa: response.ms,
+                    ..StageMs::default()
+                },
+                ..Cost::default()
+            },
+        })
+    }
+}
+
+impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
+    /// Baseline SQL QA on the top table: its `qa_output` is the attempts (SQL, rows, errors) as
+    /// JSON; a question no query answered has an empty prediction.
+    fn baseline_sql<L: Llm + ?Sized>(
+        &self,
+        llm: &mut L,
+        query: &EvalQuery,
+        table_index: usize,
+        table: &crate::corpus::Table,
+        retrieval_ms: f64,
+    ) -> Result<QueryRecord, EvalError> {
+        let outcome = sql_qa(
+            llm,
+            &query.query,
+            table,
+            self.options.qa_max_new_tokens,
+            CallKind::Qa,
+        )?;
+        let id = self.space.table_id(table_index).to_string();
+        let sum = |f: fn(&LlmResponse) -> f64| outcome.responses.iter().map(f).sum::<f64>();
+        Ok(QueryRecord {
+            qid: query.qid.clone(),
+            method: self.method,
+            task: query.task,
+            error: None,
+            prediction: outcome.answer,
+            // No query ran: the evidence stays unread, as an insufficient-evidence answer.
+            verdict: Some(if outcome.parsed {
+                agent::Verdict::Answered
+            } else {
+                agent::Verdict::Insufficient
+            }),
+            final_table: Some(id.clone()),
+            tables_seen: vec![id.clone()],
+            ranking: vec![id],
+            trajectory: None,
+            qa_output: Some(serde_json::to_string(&outcome.attempts).unwrap_or_default()),
+            gold: gold(query),
+            metrics: placeholder_metrics(),
+            cost: Cost {
+                steps: outcome.responses.len(),
+                llm_calls: outcome.responses.len(),
+                prompt_tokens: sum(|r| r.prompt_tokens as f64) as usize,
+                cached_tokens: sum(|r| r.cached_tokens as f64) as usize,
+                ms: StageMs {
+                    retrieval: retrieval_ms,
+                    qa: sum(|r| r.ms),
                     ..StageMs::default()
                 },
                 ..Cost::default()

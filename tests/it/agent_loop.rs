@@ -817,3 +817,58 @@ fn full_history_restarts_the_conversation_when_earlier_rounds_crowd_out_the_prev
         assert!(!text.contains("not shown"), "{text}");
     }
 }
+
+/// `--qa sql`: QA writes SQL over the selected table. A query that fails is retried once with
+/// the error; a query that runs but finds nothing is insufficient evidence, so the loop falls back
+/// to the next ranked table, where the answer is the query's result. Every call keeps its SQL.
+#[test]
+fn sql_qa_retries_on_an_error_and_falls_back_on_an_empty_result() {
+    let config = AgentConfig::builder()
+        .qa(tableseek::agent::QaMode::Sql)
+        .max_steps(6)
+        .build()
+        .unwrap();
+    let (t, llm) = run(
+        config,
+        QUERY,
+        &[
+            PATTERNS_FR,
+            &select(&["T1"]),
+            "SELECT population FROM t WHERE city = 'Paris'",
+            "SELECT population_2010 FROM t WHERE city = 'Lyon'",
+            "```sql\nSELECT population_2020 FROM t WHERE city = 'Paris';\n```",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [
+            StepKind::PatternGen,
+            StepKind::RefineSelect,
+            StepKind::Qa,
+            StepKind::Qa,
+            StepKind::QaFallback
+        ]
+    );
+    let sql: Vec<_> = t.calls[2..]
+        .iter()
+        .map(|c| c.sql.clone().unwrap())
+        .collect();
+    assert!(sql[0]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("no such column: population"));
+    assert!(!t.calls[2].parsed);
+    // The retry saw the error; its query ran but found no row.
+    assert!(user_text(&llm.requests()[3]).contains("no such column: population"));
+    assert_eq!(sql[1].error, None);
+    assert!(sql[1].rows.is_empty());
+    assert_eq!(t.tables_seen[0].verdict, Verdict::Insufficient);
+    // The fallback read the next table and answered from the result.
+    assert_eq!(sql[2].rows, vec![vec![Some("2148000".to_string())]]);
+    assert_eq!(t.answer, "2148000");
+    assert_eq!(t.verdict, Some(Verdict::Answered));
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+    // SQL prompts show the relation, never the table's id.
+    assert!(user_text(&llm.requests()[2]).contains("CREATE TABLE \"t\""));
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use tableseek::agent::{AgentError, CorpusSpace, Llm, LlmRequest, LlmResponse, TaskType};
 use tableseek::corpus::{Corpus, LoadOptions};
-use tableseek::eval::{load_queries, resolve_dataset, EvalOptions, Evaluator, Method};
+use tableseek::eval::{load_queries, resolve_dataset, EvalOptions, Evaluator, Method, QaMode};
 
 /// Always gives the same answer: enough to exercise retrieval and scoring.
 struct Constant;
@@ -92,5 +92,70 @@ fn tabfact_test_1k_maps_onto_the_tabfact_corpus() {
     assert!(supported > 0 && supported < 1000);
     for query in &queries {
         assert!(corpus.join(query.gold_table()).is_file(), "{}", query.qid);
+    }
+}
+
+/// Writes the SQL a coder model would for the sample's Australia question, whatever it is asked.
+struct SqlWriter {
+    prompts: Vec<String>,
+}
+
+impl Llm for SqlWriter {
+    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+        self.prompts
+            .push(request.messages.last().unwrap().content.clone());
+        Ok(LlmResponse {
+            text: "```sql\nSELECT capital FROM t WHERE country = 'Australia';\n```".into(),
+            prompt_tokens: 10,
+            cached_tokens: 0,
+            ms: 0.0,
+            constrained: false,
+        })
+    }
+}
+
+/// `--qa sql` on the oracle table: the answer is the query's result over the parsed table, the
+/// attempts are recorded, and fact verification stays text QA.
+#[test]
+fn oracle_sql_qa_answers_from_the_query_result() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let queries = load_queries(&root.join("samples/queries.jsonl")).unwrap();
+    let (corpus, _) = Corpus::load(&root.join("samples/corpus"), &LoadOptions::default()).unwrap();
+    let space = CorpusSpace::new(&corpus);
+    let options = EvalOptions {
+        timings: false,
+        qa: QaMode::Sql,
+        ..EvalOptions::default()
+    };
+    let oracle = Evaluator::new(Method::Oracle, &space, corpus.len(), options).unwrap();
+    let capital = queries
+        .iter()
+        .find(|q| q.answers.iter().any(|a| a == "Canberra"))
+        .expect("the samples ask for Australia's capital");
+    let mut llm = SqlWriter {
+        prompts: Vec::new(),
+    };
+    let record = oracle.run_query(&mut llm, capital).unwrap();
+    assert_eq!(record.prediction, "Canberra");
+    assert_eq!(record.metrics.em, Some(true));
+    let attempts: serde_json::Value =
+        serde_json::from_str(record.qa_output.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        attempts[0]["sql"],
+        "SELECT capital FROM t WHERE country = 'Australia'"
+    );
+    assert_eq!(attempts[0]["rows"][0][0], "Canberra");
+    assert!(
+        llm.prompts[0].contains("CREATE TABLE \"t\""),
+        "{}",
+        llm.prompts[0]
+    );
+    // A claim is still checked by reading the table.
+    if let Some(claim) = queries
+        .iter()
+        .find(|q| q.task == TaskType::FactVerification)
+    {
+        let record = oracle.run_query(&mut Constant, claim).unwrap();
+        assert!(record.qa_output.as_deref().unwrap_or("").contains("Answer"));
     }
 }
