@@ -88,9 +88,9 @@ impl ModelArgs {
 }
 
 /// Whether `model` is a GGUF small enough to expand to dense weights on an all-CPU device map
-/// (see [`QuantizedWeights::auto`]).
+/// (see [`QuantizedWeights::is_small_gguf`]).
 pub fn small_on_cpu(model: &std::path::Path, devices: &DeviceMap) -> bool {
-    QuantizedWeights::auto(model, devices) != QuantizedWeights::AsStored
+    devices.first().is_cpu() && devices.last().is_cpu() && QuantizedWeights::is_small_gguf(model)
 }
 
 /// Load options for a model that only ever prefills (embedding and reranker heads): dense
