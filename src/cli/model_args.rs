@@ -11,7 +11,7 @@ use tableseek::engine::{
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
     /// A GGUF file or a Hugging Face checkpoint directory (config.json + *.safetensors).
-    #[arg(long, default_value = "models/smollm2-135m-instruct-q4_1.gguf")]
+    #[arg(long, default_value = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")]
     pub model: PathBuf,
     /// tokenizer.json to use instead of the one that comes with the weights.
     #[arg(long)]

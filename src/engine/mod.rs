@@ -16,7 +16,7 @@
 //! use tableseek::engine::{DeviceMap, GenerateOptions, Generator, Model, ModelSpec};
 //! # fn main() -> Result<(), tableseek::engine::EngineError> {
 //! let devices = DeviceMap::parse("cpu", None)?;
-//! let model = Model::load(&ModelSpec::Path("models/smollm2-135m-instruct-q4_1.gguf".into()), &devices, None)?;
+//! let model = Model::load(&ModelSpec::Path("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf".into()), &devices, None)?;
 //! let eos = model.config().eos_token_ids.clone();
 //! let mut generator = Generator::new(model);
 //! let opts = GenerateOptions { max_new_tokens: 64, stop_token_ids: eos, ..Default::default() };
