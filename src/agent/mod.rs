@@ -40,6 +40,7 @@ pub mod prompts;
 mod run;
 pub mod schemas;
 pub mod sql_qa;
+pub mod tablerag;
 pub mod testing;
 mod trajectory;
 
@@ -55,8 +56,8 @@ pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};
 pub use run::{baseline_qa, Agent};
 pub use trajectory::{
-    Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Totals,
-    Trajectory,
+    Action, CallRecord, CandidateRecord, ChunkRecord, IterationRecord, NoneReason, RoundRecord,
+    SeenTable, StepKind, Totals, Trajectory,
 };
 
 /// Errors of the agent loop and of the backends it drives.
@@ -65,6 +66,9 @@ pub enum AgentError {
     /// The LLM backend failed (engine error, exhausted script, ...).
     #[error("LLM backend: {0}")]
     Llm(String),
+    /// TableRAG's chunk retrieval failed (the encoder).
+    #[error("chunk retrieval: {0}")]
+    Retrieval(String),
     /// A configuration value is out of range or two switches contradict each other.
     #[error("invalid agent configuration: {0}")]
     InvalidConfig(String),
@@ -135,6 +139,10 @@ pub enum CallKind {
     Refine,
     Qa,
     QaFallback,
+    /// TableRAG's calls ([`tablerag`]).
+    Decompose,
+    Nl2Sql,
+    Compose,
 }
 
 /// One request to the LLM.

@@ -20,9 +20,30 @@ pub enum StepKind {
     RefineNone,
     Qa,
     QaFallback,
+    /// TableRAG: the loop's call that asks a sub-question or answers.
+    Decompose,
+    /// TableRAG: SQL written for a sub-question.
+    #[serde(rename = "nl2sql")]
+    Nl2Sql,
+    /// TableRAG: the sub-answer from the excerpts and the SQL result.
+    Compose,
 }
 
 impl StepKind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [StepKind; 10] = [
+        StepKind::PatternGen,
+        StepKind::RefineSelect,
+        StepKind::RefineRegenerate,
+        StepKind::RefineRerank,
+        StepKind::RefineNone,
+        StepKind::Qa,
+        StepKind::QaFallback,
+        StepKind::Decompose,
+        StepKind::Nl2Sql,
+        StepKind::Compose,
+    ];
+
     /// The name used in trajectories (`pattern-gen`, `refine-select`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -33,6 +54,9 @@ impl StepKind {
             StepKind::RefineNone => "refine-none",
             StepKind::Qa => "qa",
             StepKind::QaFallback => "qa-fallback",
+            StepKind::Decompose => "decompose",
+            StepKind::Nl2Sql => "nl2sql",
+            StepKind::Compose => "compose",
         }
     }
 }
@@ -91,6 +115,18 @@ pub enum Action {
         answer: String,
         verdict: Verdict,
     },
+    /// TableRAG decompose: the sub-question sent to the tool.
+    SubQuery {
+        subquery: String,
+    },
+    /// TableRAG NL2SQL: the tables the query could read (real ids; the call's `sql` holds it).
+    Sql {
+        table_ids: Vec<String>,
+    },
+    /// TableRAG compose: the sub-answer returned to the loop.
+    SubAnswer {
+        answer: String,
+    },
 }
 
 /// One LLM call.
@@ -147,6 +183,34 @@ pub struct SeenTable {
     pub verdict: Verdict,
 }
 
+/// A retrieved chunk of a TableRAG iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkRecord {
+    pub chunk: usize,
+    pub table_id: String,
+    /// The anonymous id the model saw the table under.
+    pub shown_id: String,
+    pub score: f64,
+}
+
+/// One TableRAG iteration that asked a sub-question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IterationRecord {
+    pub subquery: String,
+    /// The top-k chunks compose read.
+    pub chunks: Vec<ChunkRecord>,
+    /// S^t: the tables the SQL could read, real ids in rank order.
+    pub sql_tables: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql_error: Option<String>,
+    /// Result rows of a query that ran (capped at the guard's row limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql_rows: Option<usize>,
+    pub answer: String,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     pub steps: usize,
@@ -174,6 +238,12 @@ pub struct Trajectory {
     pub steps: usize,
     pub calls: Vec<CallRecord>,
     pub rounds: Vec<RoundRecord>,
+    /// TableRAG's iterations (empty for the TableSeek agent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iterations: Vec<IterationRecord>,
+    /// TableRAG ran out of iterations without an answer ("task incompletion").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
     pub totals: Totals,
 }
 
@@ -190,6 +260,8 @@ impl Trajectory {
             steps: 0,
             calls: Vec::new(),
             rounds: Vec::new(),
+            iterations: Vec::new(),
+            incomplete: false,
             totals: Totals::default(),
         }
     }

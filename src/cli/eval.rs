@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
+use tableseek::agent::tablerag::{SqlTables, TableRagConfig};
 use tableseek::agent::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::engine::DeviceMap;
@@ -14,6 +15,7 @@ use tableseek::eval::{
     compare_runs, load_queries, read_records, render_comparison, render_report, resolve_dataset,
     write_summary, EvalOptions, Evaluator, Method, QaMode, RunConfig, RunDir,
 };
+use tableseek::retrieve::chunks::{chunk_tables, ChunkOptions};
 
 use super::ask::AgentArgs;
 use super::model_args::ModelArgs;
@@ -28,9 +30,12 @@ pub struct EvalArgs {
     /// Directory of tables; defaults to the named dataset's own corpus.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
-    /// tableseek, bm25, dense, rerank, oracle or no-table.
+    /// tableseek, bm25, dense, rerank, oracle, no-table or tablerag.
     #[arg(long)]
     pub method: Method,
+    /// TableRAG's settings.
+    #[command(flatten)]
+    pub tablerag: TableRagArgs,
     #[command(flatten)]
     pub model: ModelArgs,
     /// The dense and rerank methods' encoder.
@@ -57,6 +62,52 @@ pub struct EvalArgs {
     /// Record every time as 0, so two runs compare byte for byte.
     #[arg(long)]
     pub no_timings: bool,
+}
+
+const TABLERAG_MAX_NEW_TOKENS: usize = 256;
+
+#[derive(Debug, clap::Args)]
+pub struct TableRagArgs {
+    /// TableRAG: most decompose iterations per query.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tablerag_iterations: u64,
+    /// TableRAG: chunks recalled per retrieval (N).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tablerag_recall: u64,
+    /// TableRAG: chunks kept for compose and SQL (k).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tablerag_top_k: u64,
+    /// TableRAG: the SQL reads the tables of the top-k chunks (the paper) or the first
+    /// retrieved table only (the paper's code).
+    #[arg(long, value_enum, default_value_t = SqlTables::Retrieved)]
+    pub tablerag_sql_tables: SqlTables,
+    /// TableRAG: one more call that must answer when the iterations run out.
+    #[arg(long)]
+    pub tablerag_force_answer: bool,
+    /// TableRAG: most characters per table chunk (row-aligned, header repeated).
+    #[arg(long, default_value_t = ChunkOptions::default().max_chars)]
+    pub tablerag_chunk_chars: usize,
+}
+
+impl TableRagArgs {
+    fn config(&self, max_new_tokens: usize) -> TableRagConfig {
+        TableRagConfig {
+            max_iterations: self.tablerag_iterations as usize,
+            recall: self.tablerag_recall as usize,
+            top_k: self.tablerag_top_k as usize,
+            sql_tables: self.tablerag_sql_tables,
+            force_answer: self.tablerag_force_answer,
+            max_new_tokens,
+            ..TableRagConfig::default()
+        }
+    }
+
+    fn chunk_options(&self) -> ChunkOptions {
+        ChunkOptions {
+            max_chars: self.tablerag_chunk_chars,
+            ..ChunkOptions::default()
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -152,7 +203,10 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(limit) = args.limit {
         queries.truncate(limit);
     }
-    let dense = matches!(args.method, Method::Dense | Method::Rerank);
+    let dense = matches!(
+        args.method,
+        Method::Dense | Method::Rerank | Method::Tablerag
+    );
     let mut options = serde_json::json!({
             "dataset": dataset,
             "corpus": corpus_dir,
@@ -186,6 +240,18 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         options["embed_max_length"] = serde_json::json!(args.encoder.max_length);
         options["embed_task"] = serde_json::json!(args.encoder.embed_task);
         options["embed_dim"] = serde_json::json!(args.encoder.embed_dim);
+    }
+    if args.method == Method::Tablerag {
+        let t = &args.tablerag;
+        options["tablerag"] = serde_json::json!({
+            "iterations": t.tablerag_iterations,
+            "recall": t.tablerag_recall,
+            "top_k": t.tablerag_top_k,
+            "sql_tables": t.tablerag_sql_tables,
+            "force_answer": t.tablerag_force_answer,
+            "chunk_chars": t.tablerag_chunk_chars,
+            "chunk_overlap": t.chunk_options().overlap,
+        });
     }
     if args.method == Method::Rerank {
         options["rerank_model"] = serde_json::json!(args.rerank.model_path());
@@ -234,7 +300,19 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let chunks = match args.method {
+        Method::Tablerag => chunk_tables(
+            (0..corpus.len()).map(|i| corpus.table(i)),
+            &args.tablerag.chunk_options(),
+        ),
+        _ => Vec::new(),
+    };
     let index = match &encoder {
+        Some(encoder) if args.method == Method::Tablerag => {
+            let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+            eprintln!("{} chunks of {} tables", chunks.len(), corpus.len());
+            Some(args.encoder.index(encoder.as_ref(), &texts)?)
+        }
         Some(encoder) => {
             let texts: Vec<&str> = (0..corpus.len()).map(|i| corpus.text(i)).collect();
             Some(args.encoder.index(encoder.as_ref(), &texts)?)
@@ -256,12 +334,19 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         timings: !args.no_timings,
         rerank_depth: args.rerank.depth(),
         qa: args.agent.qa,
+        // NL2SQL and compose write a query or a sentence: 256 tokens unless told otherwise.
+        tablerag: args
+            .tablerag
+            .config(args.agent.max_new_tokens.unwrap_or(TABLERAG_MAX_NEW_TOKENS)),
         ..EvalOptions::default()
     };
     let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);
     let mut evaluator = Evaluator::new(args.method, &space, corpus.len(), options)?;
     if let (Some(encoder), Some(index)) = (&encoder, &index) {
-        evaluator = evaluator.with_dense(encoder.as_ref(), index);
+        evaluator = match args.method {
+            Method::Tablerag => evaluator.with_chunks(encoder.as_ref(), index, &chunks),
+            _ => evaluator.with_dense(encoder.as_ref(), index),
+        };
     }
     if let Some(reranker) = reranker.as_mut() {
         evaluator = evaluator.with_reranker(reranker);

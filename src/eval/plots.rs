@@ -178,15 +178,7 @@ fn calls_per_query(records: &[QueryRecord]) -> Vec<(String, f64)> {
     if trajectories.is_empty() {
         return Vec::new();
     }
-    let kinds = [
-        StepKind::PatternGen,
-        StepKind::RefineSelect,
-        StepKind::RefineRegenerate,
-        StepKind::RefineRerank,
-        StepKind::RefineNone,
-        StepKind::Qa,
-        StepKind::QaFallback,
-    ];
+    let kinds = StepKind::ALL;
     let n = trajectories.len() as f64;
     kinds
         .into_iter()

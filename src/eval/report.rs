@@ -64,13 +64,20 @@ fn top1_hit_by_round(records: &[QueryRecord]) -> Option<Vec<f64>> {
     refinement_curve(&hits).ok()
 }
 
-/// `(parsed share, constrained share)` of the pattern-generation and refine calls in `records`.
+/// `(parsed share, constrained share)` of the calls that must have a machine-readable shape:
+/// pattern generation and refine (TableSeek), decompose and NL2SQL (TableRAG).
 fn action_call_rates(records: &[QueryRecord]) -> (Option<f64>, Option<f64>) {
     let calls: Vec<_> = records
         .iter()
         .filter_map(|r| r.trajectory.as_ref())
         .flat_map(|t| &t.calls)
-        .filter(|c| !matches!(c.kind, StepKind::Qa | StepKind::QaFallback))
+        // Free-text calls have no shape to parse.
+        .filter(|c| {
+            !matches!(
+                c.kind,
+                StepKind::Qa | StepKind::QaFallback | StepKind::Compose
+            )
+        })
         .collect();
     if calls.is_empty() {
         return (None, None);
@@ -119,6 +126,9 @@ impl Summary {
                     pattern_gen: mean(&|r| r.cost.ms.pattern_gen),
                     refine: mean(&|r| r.cost.ms.refine),
                     qa: mean(&|r| r.cost.ms.qa),
+                    decompose: mean(&|r| r.cost.ms.decompose),
+                    nl2sql: mean(&|r| r.cost.ms.nl2sql),
+                    compose: mean(&|r| r.cost.ms.compose),
                     total: mean(&|r| r.cost.ms.total),
                 },
                 action_parse_rate,

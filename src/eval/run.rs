@@ -5,6 +5,8 @@
 //! not change. The record carries the gold data and the scored [`QueryMetrics`], so a run
 //! directory's `queries.jsonl` alone is enough to rebuild every summary.
 
+mod tablerag;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -16,12 +18,14 @@ use serde::{Deserialize, Serialize};
 use super::dataset::EvalQuery;
 use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Verdict};
 use crate::agent::sql_qa::sql_qa;
+use crate::agent::tablerag::TableRagConfig;
 pub use crate::agent::QaMode;
 use crate::agent::{
     self, baseline_qa, Agent, AgentConfig, AgentError, CallKind, Llm, LlmResponse, SearchSpace,
     StepKind, TaskType, Trajectory,
 };
 use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index, Hit};
+use crate::retrieve::chunks::Chunk;
 use crate::retrieve::dense::{DenseError, DenseIndex, TextEncoder};
 use crate::retrieve::rerank::{reorder, Reranker};
 
@@ -37,7 +41,7 @@ pub enum EvalError {
     #[error(transparent)]
     Dense(#[from] DenseError),
     #[error(
-        "unknown method {0:?} (expected one of: tableseek, bm25, dense, rerank, oracle, no-table)"
+        "unknown method {0:?} (expected one of: tableseek, bm25, dense, rerank, oracle, no-table, tablerag)"
     )]
     UnknownMethod(String),
     #[error("method {0} needs {1}, which the evaluator was not given")]
@@ -62,16 +66,20 @@ pub enum Method {
     Oracle,
     /// Baseline QA with no table: what the model knows (or guesses) on its own.
     NoTable,
+    /// TableRAG: dense chunk retrieval, sub-questions answered by SQL over the retrieved tables
+    /// ([`crate::agent::tablerag`]).
+    Tablerag,
 }
 
 impl Method {
-    pub const ALL: [Method; 6] = [
+    pub const ALL: [Method; 7] = [
         Method::Tableseek,
         Method::Bm25,
         Method::Dense,
         Method::Rerank,
         Method::Oracle,
         Method::NoTable,
+        Method::Tablerag,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -82,6 +90,7 @@ impl Method {
             Method::Rerank => "rerank",
             Method::Oracle => "oracle",
             Method::NoTable => "no-table",
+            Method::Tablerag => "tablerag",
         }
     }
 }
@@ -118,6 +127,13 @@ pub struct StageMs {
     pub pattern_gen: f64,
     pub refine: f64,
     pub qa: f64,
+    /// TableRAG's calls by kind.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub decompose: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nl2sql: f64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub compose: f64,
     pub total: f64,
 }
 
@@ -208,6 +224,8 @@ pub struct EvalOptions {
     pub rerank_depth: usize,
     /// How the baseline methods (oracle, bm25, dense, rerank) answer table questions.
     pub qa: QaMode,
+    /// TableRAG's settings (`task` is replaced by each query's own).
+    pub tablerag: TableRagConfig,
 }
 
 impl Default for EvalOptions {
@@ -219,6 +237,7 @@ impl Default for EvalOptions {
             timings: true,
             rerank_depth: 5,
             qa: QaMode::Text,
+            tablerag: TableRagConfig::default(),
         }
     }
 }
@@ -232,6 +251,13 @@ struct DenseSetup<'e> {
     reranker: Option<Mutex<&'e mut Reranker>>,
 }
 
+/// TableRAG's chunk index: the encoder, one embedding per chunk, and the chunks.
+pub(super) struct ChunkSetup<'e> {
+    pub(super) encoder: &'e dyn TextEncoder,
+    pub(super) index: &'e DenseIndex,
+    pub(super) chunks: &'e [Chunk],
+}
+
 /// Runs one method over a search space, query by query.
 pub struct Evaluator<'a, S: SearchSpace + ?Sized> {
     method: Method,
@@ -239,6 +265,7 @@ pub struct Evaluator<'a, S: SearchSpace + ?Sized> {
     index_of: BTreeMap<String, usize>,
     bm25: Option<Bm25Index>,
     dense: Option<DenseSetup<'a>>,
+    chunks: Option<ChunkSetup<'a>>,
     tableqa_agent: Agent,
     fact_agent: Agent,
     options: EvalOptions,
@@ -275,6 +302,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             index_of,
             bm25,
             dense: None,
+            chunks: None,
             tableqa_agent: agent_for(TaskType::Tableqa)?,
             fact_agent: agent_for(TaskType::FactVerification)?,
             options,
@@ -288,6 +316,21 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             encoder,
             index,
             reranker: None,
+        });
+        self
+    }
+
+    /// TableRAG's chunks and their embeddings (rows in chunk order).
+    pub fn with_chunks(
+        mut self,
+        encoder: &'a dyn TextEncoder,
+        index: &'a DenseIndex,
+        chunks: &'a [Chunk],
+    ) -> Self {
+        self.chunks = Some(ChunkSetup {
+            encoder,
+            index,
+            chunks,
         });
         self
     }
@@ -327,6 +370,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                     self.baseline(llm, query, vec![table], 0.0)
                 }
                 Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
+                Method::Tablerag => self.tablerag(llm, query),
             };
         // A model failure is this query's outcome, not the run's: stopping would make every
         // resume fail on the same query.
@@ -338,8 +382,13 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         let cost = &mut record.cost;
         if self.options.timings {
             cost.ms.total = started.elapsed().as_secs_f64() * 1e3;
-            if self.method == Method::Tableseek {
-                let llm_ms = cost.ms.pattern_gen + cost.ms.refine + cost.ms.qa;
+            if matches!(self.method, Method::Tableseek | Method::Tablerag) {
+                let llm_ms = cost.ms.pattern_gen
+                    + cost.ms.refine
+                    + cost.ms.qa
+                    + cost.ms.decompose
+                    + cost.ms.nl2sql
+                    + cost.ms.compose;
                 cost.ms.retrieval = (cost.ms.total - llm_ms).max(0.0);
             }
         } else {
@@ -365,7 +414,11 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         Ok(self.trajectory_record(query, trajectory))
     }
 
-    fn trajectory_record(&self, query: &EvalQuery, mut trajectory: Trajectory) -> QueryRecord {
+    pub(super) fn trajectory_record(
+        &self,
+        query: &EvalQuery,
+        mut trajectory: Trajectory,
+    ) -> QueryRecord {
         trajectory.query_id = Some(query.qid.clone());
         let mut cost = Cost {
             steps: trajectory.steps,
@@ -378,7 +431,13 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             let stage = match call.kind {
                 StepKind::PatternGen => &mut cost.ms.pattern_gen,
                 StepKind::Qa | StepKind::QaFallback => &mut cost.ms.qa,
-                _ => &mut cost.ms.refine,
+                StepKind::Decompose => &mut cost.ms.decompose,
+                StepKind::Nl2Sql => &mut cost.ms.nl2sql,
+                StepKind::Compose => &mut cost.ms.compose,
+                StepKind::RefineSelect
+                | StepKind::RefineRegenerate
+                | StepKind::RefineRerank
+                | StepKind::RefineNone => &mut cost.ms.refine,
             };
             *stage += call.ms;
         }

@@ -4,6 +4,7 @@
 pub mod bert;
 mod bert_cpu;
 pub mod bm25;
+pub mod chunks;
 pub mod dense;
 pub mod llm_embed;
 pub mod rerank;

@@ -102,26 +102,37 @@ pub struct QueryResult {
     pub truncated: bool,
 }
 
-/// A table loaded into its own in-memory SQLite database.
-pub struct Relation {
+/// One relation of a [`Database`]: what a prompt shows of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RelationSchema {
+    pub name: String,
+    pub columns: Vec<SqlColumn>,
+    pub rows: usize,
+    /// Rows that had more or fewer cells than the header (padded with NULL or cut).
+    pub ragged_rows: usize,
+}
+
+/// Tables loaded into one in-memory SQLite database, read-only once loaded, so a query may join
+/// them (TableRAG's SQL over the tables its retrieval found).
+pub struct Database {
     conn: Connection,
     /// When the running query must stop (`None` between queries).
     deadline: Arc<Mutex<Option<Instant>>>,
-    name: String,
-    columns: Vec<SqlColumn>,
-    rows: usize,
-    /// Rows that had more or fewer cells than the header.
-    ragged_rows: usize,
+    relations: Vec<RelationSchema>,
 }
 
-impl std::fmt::Debug for Relation {
+impl std::fmt::Debug for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Relation")
-            .field("name", &self.name)
-            .field("columns", &self.columns)
-            .field("rows", &self.rows)
+        f.debug_struct("Database")
+            .field("relations", &self.relations)
             .finish()
     }
+}
+
+/// A table loaded into its own in-memory SQLite database.
+#[derive(Debug)]
+pub struct Relation {
+    db: Database,
 }
 
 /// `"name"` with embedded quotes doubled.
@@ -293,129 +304,99 @@ fn cell_value(cell: Option<&str>, kind: ColumnType) -> Value {
     }
 }
 
-impl Relation {
-    /// Loads `table` as relation `name` (sanitized like a column name).
-    pub fn from_table(table: &Table, name: &str) -> Result<Self, SqlError> {
-        if table.header.is_empty() {
-            return Err(SqlError::NoColumns);
-        }
-        let name = sanitize(name, 0);
-        let width = table.header.len();
-        let ragged_rows = table.rows.iter().filter(|r| r.len() != width).count();
-        let mut taken = Vec::new();
-        let mut columns = Vec::with_capacity(width);
-        for (c, original) in table.header.iter().enumerate() {
-            let cells: Vec<Option<&str>> = table
-                .rows
-                .iter()
-                .map(|r| r.get(c).map(String::as_str))
-                .collect();
-            let (kind, lossy) = infer(&cells);
-            let mut base = sanitize(original, c + 1);
-            if RESERVED.contains(&base.as_str()) {
-                base.push_str("_col");
-            }
-            columns.push((claim(base, &mut taken), original.clone(), kind, lossy));
-        }
-        // Companions are named after every real column has its name, so none is displaced.
-        let columns: Vec<SqlColumn> = columns
-            .into_iter()
-            .map(|(name, original, kind, lossy)| SqlColumn {
-                text_column: lossy.then(|| claim(format!("{name}_text"), &mut taken)),
-                name,
-                original,
-                kind,
-            })
+/// `name` itself when it is already a plain identifier (`T0` stays `T0`), else sanitized.
+fn relation_name(name: &str) -> String {
+    let plain = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        sanitize(name, 0)
+    }
+}
+
+/// Creates and fills relation `name` from `table` in `conn`.
+fn load_relation(conn: &Connection, table: &Table, name: &str) -> Result<RelationSchema, SqlError> {
+    if table.header.is_empty() {
+        return Err(SqlError::NoColumns);
+    }
+    let name = relation_name(name);
+    let width = table.header.len();
+    let ragged_rows = table.rows.iter().filter(|r| r.len() != width).count();
+    let mut taken = Vec::new();
+    let mut columns = Vec::with_capacity(width);
+    for (c, original) in table.header.iter().enumerate() {
+        let cells: Vec<Option<&str>> = table
+            .rows
+            .iter()
+            .map(|r| r.get(c).map(String::as_str))
             .collect();
-        let mut conn = Connection::open_in_memory_with_flags(
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        let mut defs: Vec<String> = Vec::new();
-        for col in &columns {
-            defs.push(
-                format!("{} {}", quote_ident(&col.name), col.kind.declared())
-                    .trim_end()
-                    .to_string(),
-            );
-            if let Some(text) = &col.text_column {
-                defs.push(format!("{} TEXT", quote_ident(text)));
-            }
+        let (kind, lossy) = infer(&cells);
+        let mut base = sanitize(original, c + 1);
+        if RESERVED.contains(&base.as_str()) {
+            base.push_str("_col");
         }
-        conn.execute_batch(&format!(
-            "CREATE TABLE {} ({});",
-            quote_ident(&name),
-            defs.join(", ")
-        ))?;
-        {
-            let placeholders = vec!["?"; defs.len()].join(", ");
-            let tx = conn.unchecked_transaction()?;
-            let mut insert = tx.prepare(&format!(
-                "INSERT INTO {} VALUES ({placeholders})",
-                quote_ident(&name)
-            ))?;
-            for row in &table.rows {
-                let mut values = Vec::with_capacity(defs.len());
-                for (c, col) in columns.iter().enumerate() {
-                    let cell = row.get(c).map(String::as_str);
-                    values.push(cell_value(cell, col.kind));
-                    if col.text_column.is_some() {
-                        values.push(match cell.filter(|t| !t.trim().is_empty()) {
-                            Some(t) => Value::Text(t.to_string()),
-                            None => Value::Null,
-                        });
-                    }
-                }
-                insert.execute(rusqlite::params_from_iter(values))?;
-            }
-            drop(insert);
-            tx.commit()?;
-        }
-        // The handler runs every 10,000 virtual-machine steps and aborts the statement once the
-        // running query's deadline has passed; it is installed once because a prepared statement
-        // borrows the connection for the whole query.
-        let deadline: Arc<Mutex<Option<Instant>>> = Arc::default();
-        let watched = Arc::clone(&deadline);
-        conn.progress_handler(
-            10_000,
-            Some(move || {
-                watched
-                    .lock()
-                    .map(|d| d.is_some_and(|d| Instant::now() > d))
-                    .unwrap_or(true)
-            }),
-        )?;
-        // From here on nothing may change the database or reach outside it.
-        conn.execute_batch("PRAGMA query_only = ON;")?;
-        conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_ATTACHED, 0)?;
-        Ok(Self {
-            conn,
-            deadline,
+        columns.push((claim(base, &mut taken), original.clone(), kind, lossy));
+    }
+    // Companions are named after every real column has its name, so none is displaced.
+    let columns: Vec<SqlColumn> = columns
+        .into_iter()
+        .map(|(name, original, kind, lossy)| SqlColumn {
+            text_column: lossy.then(|| claim(format!("{name}_text"), &mut taken)),
             name,
-            columns,
-            rows: table.rows.len(),
-            ragged_rows,
+            original,
+            kind,
         })
+        .collect();
+    let mut defs: Vec<String> = Vec::new();
+    for col in &columns {
+        defs.push(
+            format!("{} {}", quote_ident(&col.name), col.kind.declared())
+                .trim_end()
+                .to_string(),
+        );
+        if let Some(text) = &col.text_column {
+            defs.push(format!("{} TEXT", quote_ident(text)));
+        }
     }
-
-    pub fn name(&self) -> &str {
-        &self.name
+    conn.execute_batch(&format!(
+        "CREATE TABLE {} ({});",
+        quote_ident(&name),
+        defs.join(", ")
+    ))?;
+    {
+        let placeholders = vec!["?"; defs.len()].join(", ");
+        let tx = conn.unchecked_transaction()?;
+        let mut insert = tx.prepare(&format!(
+            "INSERT INTO {} VALUES ({placeholders})",
+            quote_ident(&name)
+        ))?;
+        for row in &table.rows {
+            let mut values = Vec::with_capacity(defs.len());
+            for (c, col) in columns.iter().enumerate() {
+                let cell = row.get(c).map(String::as_str);
+                values.push(cell_value(cell, col.kind));
+                if col.text_column.is_some() {
+                    values.push(match cell.filter(|t| !t.trim().is_empty()) {
+                        Some(t) => Value::Text(t.to_string()),
+                        None => Value::Null,
+                    });
+                }
+            }
+            insert.execute(rusqlite::params_from_iter(values))?;
+        }
+        drop(insert);
+        tx.commit()?;
     }
+    Ok(RelationSchema {
+        name,
+        columns,
+        rows: table.rows.len(),
+        ragged_rows,
+    })
+}
 
-    pub fn columns(&self) -> &[SqlColumn] {
-        &self.columns
-    }
-
-    pub fn row_count(&self) -> usize {
-        self.rows
-    }
-
-    /// Rows whose cell count differed from the header's (padded with NULL or cut).
-    pub fn ragged_rows(&self) -> usize {
-        self.ragged_rows
-    }
-
+impl RelationSchema {
     /// Every SQL column name, lossy companions included, in table order.
     pub fn sql_column_names(&self) -> Vec<String> {
         let mut names = Vec::new();
@@ -454,6 +435,47 @@ impl Relation {
         }
         lines.push(format!(");  -- {} rows", self.rows));
         lines.join("\n")
+    }
+}
+
+impl Database {
+    /// Loads each `(table, name)` as a relation of one database (names as in [`relation_name`]).
+    pub fn new(tables: &[(&Table, &str)]) -> Result<Self, SqlError> {
+        let mut conn = Connection::open_in_memory_with_flags(
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let relations = tables
+            .iter()
+            .map(|(table, name)| load_relation(&conn, table, name))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The handler runs every 10,000 virtual-machine steps and aborts the statement once the
+        // running query's deadline has passed; it is installed once because a prepared statement
+        // borrows the connection for the whole query.
+        let deadline: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let watched = Arc::clone(&deadline);
+        conn.progress_handler(
+            10_000,
+            Some(move || {
+                watched
+                    .lock()
+                    .map(|d| d.is_some_and(|d| Instant::now() > d))
+                    .unwrap_or(true)
+            }),
+        )?;
+        // From here on nothing may change the database or reach outside it.
+        conn.execute_batch("PRAGMA query_only = ON;")?;
+        conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_ATTACHED, 0)?;
+        Ok(Self {
+            conn,
+            deadline,
+            relations,
+        })
+    }
+
+    pub fn relations(&self) -> &[RelationSchema] {
+        &self.relations
     }
 
     fn set_deadline(&self, deadline: Option<Instant>) {
@@ -519,6 +541,52 @@ impl Relation {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl Relation {
+    /// Loads `table` as relation `name` (kept if a plain identifier, else sanitized like a
+    /// column name).
+    pub fn from_table(table: &Table, name: &str) -> Result<Self, SqlError> {
+        Ok(Self {
+            db: Database::new(&[(table, name)])?,
+        })
+    }
+
+    fn schema(&self) -> &RelationSchema {
+        &self.db.relations[0]
+    }
+
+    pub fn name(&self) -> &str {
+        &self.schema().name
+    }
+
+    pub fn columns(&self) -> &[SqlColumn] {
+        &self.schema().columns
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.schema().rows
+    }
+
+    /// Rows whose cell count differed from the header's (padded with NULL or cut).
+    pub fn ragged_rows(&self) -> usize {
+        self.schema().ragged_rows
+    }
+
+    /// Every SQL column name, lossy companions included, in table order.
+    pub fn sql_column_names(&self) -> Vec<String> {
+        self.schema().sql_column_names()
+    }
+
+    /// The CREATE statement the model sees (see [`RelationSchema::schema_text`]).
+    pub fn schema_text(&self) -> String {
+        self.schema().schema_text()
+    }
+
+    /// Runs one read-only query under `limits`.
+    pub fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult, SqlError> {
+        self.db.query(sql, limits)
     }
 }
 

@@ -103,6 +103,11 @@ impl Llm for LexicalLlm {
                     "Answer: CANNOT VERIFY".to_string()
                 }
             }
+            CallKind::Decompose | CallKind::Nl2Sql | CallKind::Compose => {
+                return Err(AgentError::Llm(
+                    "TableRAG calls are not scripted here".into(),
+                ))
+            }
         };
         Ok(LlmResponse {
             text,

@@ -96,6 +96,25 @@ impl Llm for FakeLlm {
             CallKind::PatternGen => patterns.to_string(),
             CallKind::Refine => r#"{"action": "select", "tables": ["T0"]}"#.to_string(),
             CallKind::Qa | CallKind::QaFallback => format!("Answer: {answer}"),
+            // TableRAG: one sub-question (the question itself), SQL that selects the answer,
+            // compose repeats it, and decompose answers once the tool has replied.
+            CallKind::Decompose if prompt.contains("Tool answer:") => {
+                let answer = match answer {
+                    "supported" | "refuted" => answer.to_uppercase(),
+                    other => other.to_string(),
+                };
+                serde_json::json!({ "answer": answer }).to_string()
+            }
+            CallKind::Decompose => {
+                let question = request.messages[1]
+                    .content
+                    .rsplit(": ")
+                    .next()
+                    .unwrap_or("");
+                serde_json::json!({ "subquery": question }).to_string()
+            }
+            CallKind::Nl2Sql => format!("```sql\nSELECT '{answer}' FROM T0 LIMIT 1\n```"),
+            CallKind::Compose => format!("The answer is {answer}."),
         };
         Ok(LlmResponse {
             text,
@@ -167,7 +186,7 @@ fn methods_produce_scored_records() {
     // Dense and rerank need an encoder and a reranker: `dense_and_rerank_methods` below.
     for method in Method::ALL
         .into_iter()
-        .filter(|m| !matches!(m, Method::Dense | Method::Rerank))
+        .filter(|m| !matches!(m, Method::Dense | Method::Rerank | Method::Tablerag))
     {
         let dir = tmp.path().join(method.as_str());
         full_run(method, &dir, &queries, &mut FakeLlm::default());
@@ -199,7 +218,7 @@ fn methods_produce_scored_records() {
                 assert_eq!(q1.cost.llm_calls, 3);
                 assert!(q1.trajectory.is_some());
             }
-            Method::Dense | Method::Rerank => unreachable!("filtered out"),
+            Method::Dense | Method::Rerank | Method::Tablerag => unreachable!("filtered out"),
             Method::Bm25 => {
                 assert_eq!(q1.ranking.len(), 4);
                 assert_eq!(q1.cost.llm_calls, 1);
@@ -536,6 +555,60 @@ fn tiny_reranker() -> Option<Reranker> {
         ..RerankOptions::default()
     };
     Some(Reranker::new(model, load_tokenizer(&dir, None).unwrap(), options).unwrap())
+}
+
+#[test]
+fn tablerag_runs_over_chunks_and_records_its_stages() {
+    use tableseek::retrieve::chunks::{chunk_tables, ChunkOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let space = MemorySpace::new(TABLES);
+    let tables: Vec<_> = (0..space.len())
+        .map(|i| {
+            tableseek::agent::SearchSpace::table(&space, i)
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    let chunks = chunk_tables(&tables, &ChunkOptions::default());
+    let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+    let index = DenseIndex::build(&WordsEncoder, &texts).unwrap();
+
+    let bare = Evaluator::new(Method::Tablerag, &space, space.len(), options()).unwrap();
+    let err = bare
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("chunk index"), "{err}");
+
+    let evaluator = Evaluator::new(Method::Tablerag, &space, space.len(), options())
+        .unwrap()
+        .with_chunks(&WordsEncoder, &index, &chunks);
+    let dir = tmp.path().join("tablerag");
+    let mut run = RunDir::open(&dir, &config(Method::Tablerag), false).unwrap();
+    run.run(&evaluator, &mut FakeLlm::default(), &queries, |_| {})
+        .unwrap();
+    let records = read_records(&dir).unwrap();
+    let by_qid: BTreeMap<&str, _> = records.iter().map(|r| (r.qid.as_str(), r)).collect();
+    let q1 = by_qid["q1"];
+    assert_eq!(q1.prediction, "Canberra");
+    assert_eq!(q1.metrics.f1, Some(1.0));
+    assert_eq!(q1.ranking[0], "geo/capitals.csv");
+    assert_eq!(q1.final_table.as_deref(), Some("geo/capitals.csv"));
+    assert_eq!(
+        q1.cost.llm_calls, 4,
+        "decompose, nl2sql, compose, decompose"
+    );
+    let trajectory = q1.trajectory.as_ref().unwrap();
+    assert_eq!(trajectory.iterations.len(), 1);
+    assert_eq!(trajectory.iterations[0].sql_rows, Some(1));
+    assert_eq!(by_qid["c1"].metrics.correct, Some(true));
+    assert_eq!(by_qid["c2"].metrics.correct, Some(false));
+    // The stored line names the stages; the report reads it like any other run.
+    let line = serde_json::to_string(q1).unwrap();
+    assert!(line.contains(r#""kind":"nl2sql""#), "{line}");
+    let summary: serde_json::Value = serde_json::from_str(&read(&dir.join(SUMMARY_FILE))).unwrap();
+    assert_eq!(summary["methods"][0], "tablerag");
+    assert_eq!(summary["metrics"]["action_parse_rate"], 1.0);
 }
 
 #[test]
