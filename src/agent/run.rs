@@ -464,7 +464,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             if attempt_no > 0 && self.steps() >= self.config.max_steps {
                 break;
             }
-            let response = self.call(kind, session.messages().to_vec(), None)?;
+            let response = self.call(kind, session.messages().to_vec(), Some(session.grammar()))?;
             let attempt = session.run_reply(&response.text);
             let answered = attempt.answered();
             verdict = if answered {

@@ -125,6 +125,11 @@ impl SqlSession {
         })
     }
 
+    /// What a constrained call may write: one SELECT over this relation's quoted names.
+    pub fn grammar(&self) -> crate::engine::Grammar {
+        crate::engine::Grammar::Lark(crate::sql::grammar::select_grammar(self.relation.schema()))
+    }
+
     /// The conversation so far: what the next call sends.
     pub fn messages(&self) -> &[ChatMessage] {
         &self.messages
@@ -216,7 +221,7 @@ pub fn sql_qa<L: Llm + ?Sized>(
             messages: session.messages().to_vec(),
             max_new_tokens,
             kind,
-            constraint: None,
+            constraint: Some(session.grammar()),
         })?;
         let attempt = session.run_reply(&response.text);
         outcome.responses.push(response);

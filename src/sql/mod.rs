@@ -553,7 +553,7 @@ impl Relation {
         })
     }
 
-    fn schema(&self) -> &RelationSchema {
+    pub fn schema(&self) -> &RelationSchema {
         &self.db.relations[0]
     }
 
@@ -599,5 +599,6 @@ fn format_real(v: f64) -> String {
     }
 }
 
+pub mod grammar;
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,10 @@ use tableseek::engine::{
     StopReason, Tokenizer,
 };
 
+use tableseek::corpus::{SourceFormat, Table, TableMeta};
+use tableseek::sql::grammar::select_grammar;
+use tableseek::sql::{QueryLimits, Relation};
+
 use crate::common::{existing, smollm2_chat, smollm2_gguf};
 
 fn tokenizer() -> Option<Tokenizer> {
@@ -49,17 +53,20 @@ fn allowed(mask: &mut dyn LogitsMask, generated: &[u32], vocab: usize) -> Vec<u3
         .collect()
 }
 
-/// Random walk under `grammar`: half the steps pick any allowed token, half prefer tokens that
-/// close something (quote, bracket, brace, comma) or EOS, so walks finish. Returns the text of the
+/// Random walk under `grammar`: where EOS is allowed a quarter of the walks stop; otherwise one
+/// step in `closing_bias` picks any allowed token and the others prefer tokens that close
+/// something (quote, bracket, brace, comma) or EOS, so walks finish. Returns the text of the
 /// finished output; checks on the way that the mask is never empty, never offers ids past the
-/// vocabulary or special tokens, and offers EOS exactly when `complete(text)` holds.
+/// vocabulary or special tokens, and offers EOS exactly when `complete(text)` holds (where it
+/// says anything: `None` makes no claim about that text).
 fn walk(
     tokenizer: &Tokenizer,
     compiler: &GrammarCompiler,
     closes: &[bool],
     grammar: &Grammar,
     rng: &mut Rng,
-    complete: &dyn Fn(&str) -> bool,
+    complete: &dyn Fn(&str) -> Option<bool>,
+    closing_bias: usize,
 ) -> String {
     let vocab = compiler.vocab_size();
     let eos = tokenizer.eos_token_ids().to_vec();
@@ -68,7 +75,7 @@ fn walk(
         .expect("SmolLM2 has <|im_start|>");
     let mut mask = compiler.compile(grammar).expect("grammar compiles");
     let mut generated: Vec<u32> = Vec::new();
-    for _ in 0..2000 {
+    for _ in 0..8000 {
         let ids = allowed(&mut mask, &generated, vocab);
         assert!(mask.failure().is_none(), "{:?}", mask.failure());
         let text = tokenizer.decode(&generated, false).unwrap();
@@ -82,17 +89,23 @@ fn walk(
             "a special token allowed after {text:?}"
         );
         let eos_allowed = ids.iter().any(|id| eos.contains(id));
-        assert_eq!(
-            eos_allowed,
-            complete(&text),
-            "EOS allowed must mean complete, for {text:?}"
-        );
+        if let Some(complete) = complete(&text) {
+            assert_eq!(
+                eos_allowed, complete,
+                "EOS allowed must mean complete, for {text:?}"
+            );
+        }
+        // Where the output may end, end it now and then, so deeply nesting grammars (SQL)
+        // finish too.
+        if eos_allowed && rng.below(4) == 0 {
+            return text;
+        }
         let closing: Vec<u32> = ids
             .iter()
             .copied()
             .filter(|&id| eos.contains(&id) || closes[id as usize])
             .collect();
-        let pool = if rng.below(2) == 0 && !closing.is_empty() {
+        let pool = if rng.below(closing_bias) != 0 && !closing.is_empty() {
             &closing
         } else {
             &ids
@@ -141,7 +154,8 @@ fn random_walks_stay_viable_and_parse_into_the_action() {
             &closes,
             &schemas::patterns(),
             &mut rng,
-            &is_json,
+            &|t| Some(is_json(t)),
+            4,
         );
         let patterns = parse::parse_patterns(&text).unwrap_or_else(|| panic!("{text:?}"));
         assert!(
@@ -163,7 +177,15 @@ fn random_walks_stay_viable_and_parse_into_the_action() {
             Strategy::Rerank { n } => n,
         };
         for _ in 0..8 {
-            let text = walk(&tokenizer, &compiler, &closes, &grammar, &mut rng, &is_json);
+            let text = walk(
+                &tokenizer,
+                &compiler,
+                &closes,
+                &grammar,
+                &mut rng,
+                &|t| Some(is_json(t)),
+                4,
+            );
             let refine = parse::parse_refine(&text, shown, cap);
             assert!(refine.parsed, "{strategy} {text:?}");
             match refine.decision {
@@ -189,10 +211,10 @@ fn random_walks_stay_viable_and_parse_into_the_action() {
         (QaVariant::Baseline, &["SUPPORTED", "REFUTED"][..]),
     ] {
         let grammar = schemas::qa(TaskType::FactVerification, variant).expect("a grammar");
-        let complete = |text: &str| labels.iter().any(|l| text == format!("Answer: {l}"));
+        let complete = |text: &str| Some(labels.iter().any(|l| text == format!("Answer: {l}")));
         for _ in 0..6 {
             let text = walk(
-                &tokenizer, &compiler, &closes, &grammar, &mut rng, &complete,
+                &tokenizer, &compiler, &closes, &grammar, &mut rng, &complete, 4,
             );
             let outcome = parse::parse_qa(&text, TaskType::FactVerification, variant);
             assert!(outcome.parsed, "{text:?}");
@@ -414,4 +436,153 @@ fn a_cycling_constrained_reply_still_closes_and_parses() {
     // It did cycle, over far more tokens than the guard lets an unconstrained reply repeat.
     assert!(text.matches("The answer is:").count() >= 20, "{text:?}");
     assert!(output.stats.generated_tokens > LoopGuard::default().min_span);
+}
+
+/// A table with awkward headers (duplicates, empty, reserved words, symbols, non-ASCII) and
+/// cells mixing numbers, formatted numbers, text and blanks.
+fn awkward_table(rng: &mut Rng) -> Table {
+    const HEADERS: [&str; 11] = [
+        "Name",
+        "name",
+        "",
+        "Price ($)",
+        "select",
+        "2nd place",
+        "Country",
+        "age",
+        "Åland",
+        "a b c",
+        "count",
+    ];
+    const CELLS: [&str; 8] = ["1", "2.5", "$5", "x", "", "1,234", "France", "it's"];
+    let width = 1 + rng.below(5);
+    let header: Vec<String> = (0..width)
+        .map(|_| HEADERS[rng.below(HEADERS.len())].to_string())
+        .collect();
+    let rows = (0..rng.below(4))
+        .map(|_| {
+            (0..width)
+                .map(|_| CELLS[rng.below(CELLS.len())].to_string())
+                .collect()
+        })
+        .collect();
+    Table {
+        id: "awkward.csv".into(),
+        source_format: SourceFormat::Csv,
+        header,
+        rows,
+        meta: TableMeta::default(),
+    }
+}
+
+/// The quoted identifiers of a statement (`"…"`, doubled quotes inside).
+fn quoted_identifiers(sql: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut chars = sql.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => in_string = !in_string,
+            '"' if !in_string => {
+                let mut name = String::new();
+                while let Some(c) = chars.next() {
+                    if c == '"' {
+                        if chars.peek() == Some(&'"') {
+                            chars.next();
+                            name.push('"');
+                            continue;
+                        }
+                        break;
+                    }
+                    name.push(c);
+                }
+                found.push(name);
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+#[test]
+fn sql_walks_always_prepare_and_name_only_the_relations_columns() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    // Tokens that only end an identifier, a string, a group or the statement, or move on to
+    // FROM, so walks through a recursive grammar finish.
+    let closes: Vec<bool> = (0..vocab as u32)
+        .map(|id| {
+            tokenizer.decode(&[id], false).is_ok_and(|t| {
+                matches!(
+                    t.trim(),
+                    "\"" | ")" | "'" | ";" | "," | "FROM" | "from" | "WHERE" | "where" | "1"
+                )
+            })
+        })
+        .collect();
+    let mut rng = Rng(0x5e1e_c7ed);
+    let limits = QueryLimits::default();
+    for case in 0..60 {
+        let table = awkward_table(&mut rng);
+        let relation = Relation::from_table(&table, "t").unwrap();
+        let grammar = Grammar::Lark(select_grammar(relation.schema()));
+        // Wherever the grammar would let the model stop, SQLite must accept the statement.
+        let prepares = |text: &str| relation.query(text, &limits).is_ok();
+        let text = walk(
+            &tokenizer,
+            &compiler,
+            &closes,
+            &grammar,
+            &mut rng,
+            &|t| (!prepares(t)).then_some(false),
+            12,
+        );
+        let result = relation.query(&text, &limits);
+        assert!(result.is_ok(), "case {case}: {text:?}: {result:?}");
+        let mut names = relation.sql_column_names();
+        names.push(relation.name().to_string());
+        for ident in quoted_identifiers(&text) {
+            assert!(names.contains(&ident), "case {case}: {ident:?} in {text:?}");
+        }
+    }
+}
+
+#[test]
+fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    let table = Table {
+        id: "singer.csv".into(),
+        source_format: SourceFormat::Csv,
+        header: vec!["Name".into(), "Age".into()],
+        rows: vec![vec!["Joe".into(), "52".into()]],
+        meta: TableMeta::default(),
+    };
+    let relation = Relation::from_table(&table, "t").unwrap();
+    let grammar = Grammar::Lark(select_grammar(relation.schema()));
+    // Feeds `text` token by token; returns whether every token was allowed.
+    let admits = |text: &str| {
+        let mut mask = compiler.compile(&grammar).expect("grammar compiles");
+        let ids = tokenizer.encode(text, false).unwrap();
+        let mut generated = Vec::new();
+        for id in ids {
+            if !allowed(&mut mask, &generated, vocab).contains(&id) {
+                return false;
+            }
+            generated.push(id);
+        }
+        true
+    };
+    assert!(admits(r#"SELECT COUNT(*) FROM "t" WHERE "age" > 40"#));
+    assert!(admits(
+        r#"select "name" from "t" where "age" = (select max("age") from "t") order by "name" limit 1;"#
+    ));
+    assert!(!admits(r#"SELECT "name" FROM "singer""#));
+    assert!(!admits(r#"SELECT "nationality" FROM "t""#));
+    assert!(!admits(r#"SELECT name FROM "t""#));
+    assert!(!admits("DELETE FROM \"t\""));
+    assert!(!admits("PRAGMA table_info(\"t\")"));
+    assert!(!admits(r#"SELECT "name" FROM "t"; DROP TABLE "t""#));
 }
