@@ -1,6 +1,6 @@
 //! The SQLite SELECT statements a constrained SQL-QA call may write, as a Lark grammar for
-//! llguidance: one query over one relation whose identifiers are exactly that relation's quoted
-//! name and quoted column names.
+//! llguidance: one query over one relation whose identifiers are exactly that relation's name and
+//! column names (quoted, or bare in any ASCII case).
 //!
 //! Why a grammar of our own rather than SQLite's: the point is what it leaves out. No other
 //! table, no PRAGMA, ATTACH or writes, no unquoted or invented identifier (so a small model
@@ -107,12 +107,17 @@ pub fn select_grammar(relation: &RelationSchema) -> String {
 }
 
 fn select_grammar_text(relation: &RelationSchema) -> String {
+    // Each name quoted or bare (any ASCII case): bare is how the models write them, and a mask
+    // that refuses `age` turns Qwen2.5-Coder-0.5B's first letter into `TOTAL(` or `TRIM(` (6 of
+    // 30 Spider queries right under quoted-only names, 84 of 100 unconstrained). Bare names are
+    // safe: SQL names are `[a-z_][a-z0-9_]*` and never a keyword.
+    let either = |name: &str| format!("{} | {}i", literal(&quote_ident(name)), literal(name));
     let columns: Vec<String> = relation
         .sql_column_names()
         .iter()
-        .map(|name| literal(&quote_ident(name)))
+        .map(|name| either(name))
         .collect();
-    let table = literal(&quote_ident(&relation.name));
+    let table = either(&relation.name);
     // Subqueries give one column (SQLite refuses more in a scalar or IN position); ORDER BY and
     // GROUP BY terms are never a bare number (`ORDER BY 3` is a column position SQLite checks);
     // ORDER BY sorts by an aggregate only after GROUP BY (SQLite refuses it in a query that may
@@ -186,7 +191,7 @@ mod tests {
         );
         assert!(!grammar.contains(r#""i"#), "{grammar}");
         assert!(
-            grammar.contains(r#"column: "\"name\"" | "\"price\"" | "\"price_text\"" | "\"col3\"""#),
+            grammar.contains(r#"column: "\"name\"" | /[Nn][Aa][Mm][Ee]/ | "\"price\"" | "#),
             "{grammar}"
         );
     }
