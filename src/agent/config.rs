@@ -225,6 +225,29 @@ pub enum QaMode {
     /// ([`crate::agent::sql_qa`]); a query that fails or returns nothing counts as insufficient
     /// evidence, so the loop falls back to the next table. Fact verification stays text.
     Sql,
+    /// SQL when the model passes [`crate::agent::sql_qa::probe`] (measured once, at start-up),
+    /// else text. Callers resolve it with [`QaMode::resolve`]; unresolved it reads as text.
+    Auto,
+}
+
+impl QaMode {
+    /// `Auto` decided by the SQL probe on `llm`; other modes as they are. Also returns the probe's
+    /// score when it ran.
+    pub fn resolve<L: super::Llm + ?Sized>(
+        self,
+        llm: &mut L,
+    ) -> Result<(QaMode, Option<super::sql_qa::ProbeScore>), super::AgentError> {
+        if self != QaMode::Auto {
+            return Ok((self, None));
+        }
+        let score = super::sql_qa::probe(llm)?;
+        let mode = if score.passes() {
+            QaMode::Sql
+        } else {
+            QaMode::Text
+        };
+        Ok((mode, Some(score)))
+    }
 }
 
 /// Everything that shapes one agent run. Build with [`AgentConfig::builder`] to get validation.

@@ -238,6 +238,66 @@ pub fn sql_qa<L: Llm + ?Sized>(
     Ok(outcome)
 }
 
+/// The probe's table: six cities, numbers a small model must compute rather than read.
+const PROBE_TABLE: &str = "city,country,population,area_km2
+Tokyo,Japan,13960000,2194
+Delhi,India,16787941,1484
+Shanghai,China,24870895,6341
+Osaka,Japan,2750000,225
+Mumbai,India,12442373,603
+Beijing,China,21893095,16411";
+
+/// The probe's questions and the answers their result rows must give (as [`SqlAttempt::answer`]
+/// writes them): a count, an arg-max, a filtered sum and an ordered list.
+const PROBE_QUESTIONS: [(&str, &str); 4] = [
+    ("How many cities are in Japan?", "2"),
+    ("Which city has the largest population?", "Shanghai"),
+    (
+        "What is the total population of the cities in India?",
+        "29230314",
+    ),
+    (
+        "List the cities in China in alphabetical order.",
+        "Beijing; Shanghai",
+    ),
+];
+
+/// How many probe questions the model's SQL answered exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeScore {
+    pub correct: usize,
+    pub total: usize,
+}
+
+impl ProbeScore {
+    /// Three of four: SmolLM2-135M writes almost no valid SQL (1 of 30 Spider questions), the
+    /// Qwen2.5-Coder models write it for most questions.
+    pub fn passes(&self) -> bool {
+        self.correct * 4 >= self.total * 3
+    }
+}
+
+/// `--qa auto`'s measurement: SQL QA on four questions over a built-in table, greedy, so the
+/// same model always gets the same score.
+pub fn probe<L: Llm + ?Sized>(llm: &mut L) -> Result<ProbeScore, AgentError> {
+    let tables = crate::corpus::parse_text(PROBE_TABLE, crate::corpus::TextFormat::Csv)
+        .map_err(|e| AgentError::InvalidConfig(format!("the SQL probe's table: {e}")))?;
+    let table = tables
+        .first()
+        .ok_or_else(|| AgentError::InvalidConfig("the SQL probe's table is empty".into()))?;
+    let mut correct = 0;
+    for (question, expected) in PROBE_QUESTIONS {
+        let outcome = sql_qa(llm, question, table, 128, CallKind::Qa)?;
+        if outcome.parsed && outcome.answer == expected {
+            correct += 1;
+        }
+    }
+    Ok(ProbeScore {
+        correct,
+        total: PROBE_QUESTIONS.len(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +386,41 @@ mod tests {
             .contains("no SELECT"));
         assert!(out.attempts[1].error.is_some());
     }
+
+    #[test]
+    fn the_probe_scores_the_models_queries() {
+        let right = [
+            "SELECT COUNT(*) FROM t WHERE country = 'Japan'",
+            "SELECT city FROM t ORDER BY population DESC LIMIT 1",
+            "SELECT SUM(population) FROM t WHERE country = 'India'",
+            "SELECT city FROM t WHERE country = 'China' ORDER BY city",
+        ];
+        let mut llm = ScriptedLlm::new(right);
+        let score = probe(&mut llm).unwrap();
+        assert_eq!((score.correct, score.total), (4, 4));
+        assert!(score.passes());
+        // Wrong or failing queries (each retried once) score nothing.
+        let mut llm = ScriptedLlm::new([
+            "SELECT 1 FROM t",
+            "SELECT city FROM t ORDER BY population LIMIT 1",
+            "no",
+            "still no",
+            "SELECT city FROM t WHERE country = 'China' ORDER BY city",
+        ]);
+        let score = probe(&mut llm).unwrap();
+        assert_eq!(score.correct, 1);
+        assert!(!score.passes());
+        let (mode, _) = QaModeAlias::Auto
+            .resolve(&mut ScriptedLlm::new(right))
+            .unwrap();
+        assert_eq!(mode, QaModeAlias::Sql);
+        let (mode, score) = QaModeAlias::Text
+            .resolve(&mut ScriptedLlm::new([""; 0]))
+            .unwrap();
+        assert_eq!((mode, score), (QaModeAlias::Text, None));
+    }
+
+    use crate::agent::QaMode as QaModeAlias;
 
     #[test]
     fn sql_is_found_in_free_replies() {

@@ -45,9 +45,11 @@ pub struct AgentArgs {
     /// the empty result goes back to the model, as in the paper).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub widen_empty: OnOff,
-    /// How table questions are answered: `text` (the model reads the table and writes the answer)
-    /// or `sql` (it writes one SQLite query over the table, the answer is the result; one retry
-    /// on an error; an empty result falls back to the next table). Fact verification stays text.
+    /// How table questions are answered: `text` (the model reads the table and writes the answer),
+    /// `sql` (it writes one SQLite query over the table, under a grammar of SELECTs over its
+    /// columns with --constrain on; the answer is the result; one retry on an error; an empty
+    /// result falls back to the next table) or `auto` (SQL if the model answers 3 of 4 built-in
+    /// SQL probe questions, measured at start-up; else text). Fact verification stays text.
     #[arg(long, value_enum, default_value_t = QaMode::Text)]
     pub qa: QaMode,
     /// Ablation: from the first ranking straight to QA.
@@ -139,11 +141,13 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!corpus.is_empty(), "no tables in {}", args.corpus.display());
     let mut model = args.model.load()?;
-    let agent = Agent::new(args.agent.config(model.default_max_new_tokens())?)?;
+    let mut config = args.agent.config(model.default_max_new_tokens())?;
     let space = CorpusSpace::new(&corpus);
     let mut llm = EngineLlm::new(&mut model)
         .enable_thinking(args.agent.enable_thinking)
         .constrain(args.agent.constrain.is_on());
+    config.qa = resolve_qa(args.agent.qa, &mut llm)?;
+    let agent = Agent::new(config)?;
     let mut trajectory = agent.run(&mut llm, &space, &args.query)?;
     if args.no_timings {
         trajectory.zero_timings();
@@ -154,6 +158,24 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
         print_for_people(&trajectory, &corpus);
     }
     Ok(())
+}
+
+/// `--qa auto` measured on the loaded model ([`QaMode::resolve`]), and said on stderr.
+pub fn resolve_qa(qa: QaMode, llm: &mut EngineLlm<'_>) -> anyhow::Result<QaMode> {
+    let (resolved, score) = qa.resolve(llm).context("running the --qa auto SQL probe")?;
+    if let Some(score) = score {
+        eprintln!(
+            "--qa auto: the model's SQL answered {} of {} probe questions; answering by {}",
+            score.correct,
+            score.total,
+            if resolved == QaMode::Sql {
+                "SQL"
+            } else {
+                "reading the table"
+            }
+        );
+    }
+    Ok(resolved)
 }
 
 fn print_for_people(trajectory: &Trajectory, corpus: &Corpus) {

@@ -328,12 +328,20 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         .agent
         .max_new_tokens
         .unwrap_or(model.default_max_new_tokens());
+    let qa = {
+        let mut probe = EngineLlm::new(&mut model)
+            .enable_thinking(args.agent.enable_thinking)
+            .constrain(args.agent.constrain.is_on());
+        super::ask::resolve_qa(args.agent.qa, &mut probe)?
+    };
+    let mut agent = args.agent.config(model.default_max_new_tokens())?;
+    agent.qa = qa;
     let options = EvalOptions {
-        agent: args.agent.config(model.default_max_new_tokens())?,
+        agent,
         qa_max_new_tokens: max_new_tokens,
         timings: !args.no_timings,
         rerank_depth: args.rerank.depth(),
-        qa: args.agent.qa,
+        qa,
         // NL2SQL and compose write a query or a sentence: 256 tokens unless told otherwise.
         tablerag: args
             .tablerag
