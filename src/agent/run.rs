@@ -219,17 +219,8 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
     }
 
     fn record(&mut self, kind: StepKind, response: LlmResponse, parsed: bool, action: Action) {
-        self.trajectory.push_call(CallRecord {
-            kind,
-            prompt_tokens: response.prompt_tokens,
-            cached_tokens: response.cached_tokens,
-            ms: response.ms,
-            output: response.text,
-            parsed,
-            constrained: response.constrained,
-            action,
-            sql: None,
-        });
+        self.trajectory
+            .push_call(CallRecord::new(kind, response, parsed, action, None));
     }
 
     fn generate_patterns(&mut self) -> Result<(), AgentError> {

@@ -150,6 +150,29 @@ pub struct CallRecord {
     pub sql: Option<super::sql_qa::SqlAttempt>,
 }
 
+impl CallRecord {
+    /// The record of a call from the backend's response and what was read from it.
+    pub(crate) fn new(
+        kind: StepKind,
+        response: super::LlmResponse,
+        parsed: bool,
+        action: Action,
+        sql: Option<super::sql_qa::SqlAttempt>,
+    ) -> Self {
+        Self {
+            kind,
+            prompt_tokens: response.prompt_tokens,
+            cached_tokens: response.cached_tokens,
+            ms: response.ms,
+            output: response.text,
+            parsed,
+            constrained: response.constrained,
+            action,
+            sql,
+        }
+    }
+}
+
 /// One ranked candidate of a round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CandidateRecord {

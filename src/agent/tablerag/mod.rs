@@ -189,23 +189,10 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
         let mut answer = None;
         for iteration in 0..self.config.max_iterations {
             let first = iteration == 0;
-            let grammar = prompts::decompose_grammar(task, !first, false);
-            let response = self.call(
-                CallKind::Decompose,
-                &messages,
-                prompts::DECOMPOSE_TOKENS,
-                Some(grammar),
-            )?;
-            let text = strip_thinking(&response.text);
-            match prompts::parse_decision(&text, task) {
+            let (response, text, decision) = self.decompose(&messages, !first, false)?;
+            match decision {
                 Decision::Answer { answer: a, verdict } if !first => {
-                    self.record(
-                        StepKind::Decompose,
-                        response,
-                        true,
-                        self.answer_action(&a, verdict),
-                        None,
-                    );
+                    self.record_answer(response, &a, verdict);
                     answer = Some((a, verdict));
                     break;
                 }
@@ -242,23 +229,10 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
             self.trajectory.incomplete = true;
             if self.config.force_answer {
                 messages.push(ChatMessage::user(prompts::FORCE_ANSWER));
-                let grammar = prompts::decompose_grammar(task, true, true);
-                let response = self.call(
-                    CallKind::Decompose,
-                    &messages,
-                    prompts::DECOMPOSE_TOKENS,
-                    Some(grammar),
-                )?;
-                let text = strip_thinking(&response.text);
-                match prompts::parse_decision(&text, task) {
+                let (response, _, decision) = self.decompose(&messages, true, true)?;
+                match decision {
                     Decision::Answer { answer: a, verdict } => {
-                        self.record(
-                            StepKind::Decompose,
-                            response,
-                            true,
-                            self.answer_action(&a, verdict),
-                            None,
-                        );
+                        self.record_answer(response, &a, verdict);
                         answer = Some((a, verdict));
                     }
                     _ => {
@@ -315,12 +289,33 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
         named.or(seed).map(|t| self.space.table_id(t).to_string())
     }
 
-    fn answer_action(&self, answer: &str, verdict: Verdict) -> Action {
-        Action::Answer {
+    /// One decompose call: the response, its text without thinking, and what it decided.
+    fn decompose(
+        &mut self,
+        messages: &[ChatMessage],
+        allow_answer: bool,
+        answer_only: bool,
+    ) -> Result<(LlmResponse, String, Decision), AgentError> {
+        let task = self.config.task;
+        let grammar = prompts::decompose_grammar(task, allow_answer, answer_only);
+        let response = self.call(
+            CallKind::Decompose,
+            messages,
+            prompts::DECOMPOSE_TOKENS,
+            Some(grammar),
+        )?;
+        let text = strip_thinking(&response.text);
+        let decision = prompts::parse_decision(&text, task);
+        Ok((response, text, decision))
+    }
+
+    fn record_answer(&mut self, response: LlmResponse, answer: &str, verdict: Verdict) {
+        let action = Action::Answer {
             table_ids: Vec::new(),
             answer: answer.to_string(),
             verdict,
-        }
+        };
+        self.record(StepKind::Decompose, response, true, action, None);
     }
 
     fn search(&self, text: &str) -> Result<Vec<ChunkHit>, AgentError> {
@@ -564,17 +559,8 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
         action: Action,
         sql: Option<SqlAttempt>,
     ) {
-        self.trajectory.push_call(CallRecord {
-            kind,
-            prompt_tokens: response.prompt_tokens,
-            cached_tokens: response.cached_tokens,
-            ms: response.ms,
-            output: response.text,
-            parsed,
-            constrained: response.constrained,
-            action,
-            sql,
-        });
+        self.trajectory
+            .push_call(CallRecord::new(kind, response, parsed, action, sql));
     }
 }
 
