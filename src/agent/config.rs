@@ -250,6 +250,17 @@ impl QaMode {
     }
 }
 
+/// How SQL QA turns the result rows into the answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SqlAnswer {
+    /// The values themselves (`, ` within a row, `; ` between rows): no further call.
+    #[default]
+    Rows,
+    /// One more call phrases the answer from the question, the SQL and its rows.
+    Phrased,
+}
+
 /// Everything that shapes one agent run. Build with [`AgentConfig::builder`] to get validation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -272,6 +283,8 @@ pub struct AgentConfig {
     pub widen_empty: bool,
     /// How QA reads a table for a `tableqa` query.
     pub qa: QaMode,
+    /// Under SQL QA: the answer is the rows, or a call phrases it from them.
+    pub sql_answer: SqlAnswer,
 }
 
 impl Default for AgentConfig {
@@ -287,6 +300,7 @@ impl Default for AgentConfig {
             ablations: Ablations::default(),
             widen_empty: true,
             qa: QaMode::Text,
+            sql_answer: SqlAnswer::Rows,
         }
     }
 }
@@ -374,6 +388,11 @@ impl AgentConfigBuilder {
 
     pub fn widen_empty(mut self, on: bool) -> Self {
         self.config.widen_empty = on;
+        self
+    }
+
+    pub fn sql_answer(mut self, sql_answer: SqlAnswer) -> Self {
+        self.config.sql_answer = sql_answer;
         self
     }
 

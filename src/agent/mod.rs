@@ -50,7 +50,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::engine::Grammar;
 pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
-    Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, QaMode, Strategy, TaskType,
+    Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, QaMode, SqlAnswer, Strategy,
+    TaskType,
 };
 pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};

@@ -30,13 +30,13 @@ use super::fit::fit_tables;
 use super::parse::{self, QaOutcome, QaVariant, RefineDecision, Verdict, MAX_PATTERNS};
 use super::prompts::{self, PromptOptions, Prompts, ShownTable};
 use super::schemas;
-use super::sql_qa::SqlSession;
+use super::sql_qa::{self, SqlSession};
 use super::trajectory::{
     Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
 use super::{
     AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest, LlmResponse,
-    QaMode, RankedTable, SearchSpace, Strategy, TaskType,
+    QaMode, RankedTable, SearchSpace, SqlAnswer, Strategy, TaskType,
 };
 
 /// Runs the TableSeek loop with one configuration over any number of queries.
@@ -499,6 +499,26 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             if ran {
                 break;
             }
+        }
+        let phrase = self.config.sql_answer == SqlAnswer::Phrased
+            && verdict == Verdict::Answered
+            && self.steps() < self.config.max_steps;
+        let ran = self.trajectory.calls.last().and_then(|c| c.sql.clone());
+        if let (true, Some(ran)) = (phrase, ran) {
+            let request = sql_qa::phrase_request(self.query, &ran, kind);
+            let response = self.call(kind, request.messages, None)?;
+            let answer = sql_qa::phrased_answer(&response.text);
+            self.trajectory.answer = answer.clone();
+            let step_kind = match kind {
+                CallKind::QaFallback => StepKind::QaFallback,
+                _ => StepKind::Qa,
+            };
+            let action = Action::Answer {
+                table_ids: vec![table_id],
+                answer,
+                verdict,
+            };
+            self.record(step_kind, response, true, action);
         }
         Ok(verdict)
     }

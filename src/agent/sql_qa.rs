@@ -189,13 +189,55 @@ impl SqlAttempt {
     }
 }
 
-/// SQL QA on `table`: one query, and one retry with the error if it fails.
+/// Longest phrased answer, in tokens: a few words, where the rows are long a short list.
+pub const PHRASE_TOKENS: usize = 96;
+
+/// The call that phrases an answer from a query's rows (`--sql-answer phrased`).
+pub fn phrase_request(query: &str, attempt: &SqlAttempt, kind: CallKind) -> LlmRequest {
+    let mut rows = String::new();
+    for row in &attempt.rows {
+        let values: Vec<&str> = row.iter().map(|v| v.as_deref().unwrap_or("NULL")).collect();
+        rows.push_str(&values.join(" | "));
+        rows.push('\n');
+    }
+    if attempt.truncated {
+        rows.push_str("(more rows not shown)\n");
+    }
+    LlmRequest {
+        messages: vec![ChatMessage::user(format!(
+            "Question: {query}\nSQL: {}\nResult rows:\n{rows}\nAnswer the question from these \
+             rows in as few words as possible. Reply with the answer only.",
+            attempt.sql
+        ))],
+        max_new_tokens: PHRASE_TOKENS,
+        kind,
+        constraint: None,
+    }
+}
+
+/// The phrased answer: the reply's first non-empty line, an `Answer:` label dropped.
+pub fn phrased_answer(reply: &str) -> String {
+    let text = super::parse::strip_thinking(reply);
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    line.strip_prefix("Answer:")
+        .unwrap_or(line)
+        .trim()
+        .to_string()
+}
+
+/// SQL QA on `table`: one query, and one retry with the error if it fails; with `phrase`, one
+/// more call words the answer from the rows of a query that ran.
 pub fn sql_qa<L: Llm + ?Sized>(
     llm: &mut L,
     query: &str,
     table: &Table,
     max_new_tokens: usize,
     kind: CallKind,
+    phrase: bool,
 ) -> Result<SqlQaOutcome, AgentError> {
     let mut outcome = SqlQaOutcome {
         answer: String::new(),
@@ -234,6 +276,11 @@ pub fn sql_qa<L: Llm + ?Sized>(
         if ran {
             break;
         }
+    }
+    if let Some(ran) = outcome.attempts.last().filter(|a| phrase && a.answered()) {
+        let response = llm.chat(&phrase_request(query, ran, kind))?;
+        outcome.answer = phrased_answer(&response.text);
+        outcome.responses.push(response);
     }
     Ok(outcome)
 }
@@ -287,7 +334,7 @@ pub fn probe<L: Llm + ?Sized>(llm: &mut L) -> Result<ProbeScore, AgentError> {
         .ok_or_else(|| AgentError::InvalidConfig("the SQL probe's table is empty".into()))?;
     let mut correct = 0;
     for (question, expected) in PROBE_QUESTIONS {
-        let outcome = sql_qa(llm, question, table, 128, CallKind::Qa)?;
+        let outcome = sql_qa(llm, question, table, 128, CallKind::Qa, false)?;
         if outcome.parsed && outcome.answer == expected {
             correct += 1;
         }
@@ -330,6 +377,7 @@ mod tests {
             &singers(),
             128,
             CallKind::Qa,
+            false,
         )
         .unwrap();
         assert!(out.parsed);
@@ -358,6 +406,7 @@ mod tests {
             &singers(),
             128,
             CallKind::Qa,
+            false,
         )
         .unwrap();
         assert_eq!(out.answer, "2");
@@ -375,7 +424,7 @@ mod tests {
     #[test]
     fn two_failures_leave_no_answer_and_the_errors_recorded() {
         let mut llm = ScriptedLlm::new(["I cannot answer that.", "DELETE FROM t"]);
-        let out = sql_qa(&mut llm, "How many?", &singers(), 128, CallKind::Qa).unwrap();
+        let out = sql_qa(&mut llm, "How many?", &singers(), 128, CallKind::Qa, false).unwrap();
         assert!(!out.parsed);
         assert_eq!(out.answer, "");
         assert_eq!(out.attempts.len(), 2);
@@ -385,6 +434,39 @@ mod tests {
             .unwrap()
             .contains("no SELECT"));
         assert!(out.attempts[1].error.is_some());
+    }
+
+    #[test]
+    fn a_phrased_answer_is_one_more_call_over_the_rows() {
+        let mut llm = ScriptedLlm::new([
+            "SELECT name FROM t WHERE age > 40 ORDER BY name",
+            "Answer: Joe Sharp and Rose White\nThey are over 40.",
+        ]);
+        let out = sql_qa(
+            &mut llm,
+            "Who is over 40?",
+            &singers(),
+            128,
+            CallKind::Qa,
+            true,
+        )
+        .unwrap();
+        assert_eq!(out.answer, "Joe Sharp and Rose White");
+        assert_eq!(out.responses.len(), 2);
+        let prompt = &llm.requests()[1].messages[0].content;
+        assert!(prompt.contains("Joe Sharp\nRose White\n"), "{prompt}");
+        // No phrasing call after a query that found nothing.
+        let mut llm = ScriptedLlm::new(["SELECT name FROM t WHERE age > 90"]);
+        let out = sql_qa(
+            &mut llm,
+            "Who is over 90?",
+            &singers(),
+            128,
+            CallKind::Qa,
+            true,
+        )
+        .unwrap();
+        assert_eq!((out.answer.as_str(), out.responses.len()), ("", 1));
     }
 
     #[test]

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tableseek::agent::{
-    Ablations, Agent, AgentConfig, CorpusSpace, EngineLlm, Evidence, History, QaMode, Strategy,
-    TaskType, Trajectory,
+    Ablations, Agent, AgentConfig, CorpusSpace, EngineLlm, Evidence, History, QaMode, SqlAnswer,
+    Strategy, TaskType, Trajectory,
 };
 use tableseek::corpus::{Corpus, LoadOptions};
 
@@ -52,6 +52,10 @@ pub struct AgentArgs {
     /// SQL probe questions, measured at start-up; else text). Fact verification stays text.
     #[arg(long, value_enum, default_value_t = QaMode::Text)]
     pub qa: QaMode,
+    /// Under SQL QA: the answer is the result rows' values (`rows`), or one more call words it
+    /// from the question, the SQL and the rows (`phrased`).
+    #[arg(long, value_enum, default_value_t = SqlAnswer::Rows)]
+    pub sql_answer: SqlAnswer,
     /// Ablation: from the first ranking straight to QA.
     #[arg(long)]
     pub no_refine: bool,
@@ -94,6 +98,7 @@ impl AgentArgs {
             .ablations(ablations)
             .widen_empty(self.widen_empty.is_on())
             .qa(self.qa)
+            .sql_answer(self.sql_answer)
             .build()?)
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 use tableseek::agent::tablerag::{SqlTables, TableRagConfig};
-use tableseek::agent::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
+use tableseek::agent::{CorpusSpace, EngineLlm, SqlAnswer, DEFAULT_MAX_TABLE_CHARS};
 use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::engine::DeviceMap;
 use tableseek::eval::stats::BootstrapOptions;
@@ -234,6 +234,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     }
     if args.agent.qa != QaMode::Text {
         options["qa"] = serde_json::json!(args.agent.qa);
+    }
+    if args.agent.sql_answer != SqlAnswer::Rows {
+        options["sql_answer"] = serde_json::json!(args.agent.sql_answer);
     }
     if dense {
         options["embed_model"] = serde_json::json!(args.encoder.model_path());

@@ -20,6 +20,7 @@ use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Ve
 use crate::agent::sql_qa::sql_qa;
 use crate::agent::tablerag::TableRagConfig;
 pub use crate::agent::QaMode;
+use crate::agent::SqlAnswer;
 use crate::agent::{
     self, baseline_qa, Agent, AgentConfig, AgentError, CallKind, Llm, LlmResponse, SearchSpace,
     StepKind, TaskType, Trajectory,
@@ -681,6 +682,7 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
             table,
             self.options.qa_max_new_tokens,
             CallKind::Qa,
+            self.options.agent.sql_answer == SqlAnswer::Phrased,
         )?;
         let id = self.space.table_id(table_index).to_string();
         let sum = |f: fn(&LlmResponse) -> f64| outcome.responses.iter().map(f).sum::<f64>();

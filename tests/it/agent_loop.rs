@@ -872,3 +872,40 @@ fn sql_qa_retries_on_an_error_and_falls_back_on_an_empty_result() {
     // SQL prompts show the relation, never the table's id.
     assert!(user_text(&llm.requests()[2]).contains("CREATE TABLE \"t\""));
 }
+
+#[test]
+fn sql_qa_can_phrase_its_answer_in_one_more_call() {
+    let config = AgentConfig::builder()
+        .qa(tableseek::agent::QaMode::Sql)
+        .sql_answer(tableseek::agent::SqlAnswer::Phrased)
+        .max_steps(6)
+        .build()
+        .unwrap();
+    let (t, llm) = run(
+        config,
+        QUERY,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "SELECT population_2020 FROM t WHERE city = 'Paris'",
+            "About 2148000 people.",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [
+            StepKind::PatternGen,
+            StepKind::RefineSelect,
+            StepKind::Qa,
+            StepKind::Qa
+        ]
+    );
+    assert_eq!(t.answer, "About 2148000 people.");
+    assert_eq!(t.verdict, Some(Verdict::Answered));
+    // The phrasing call reads the question, the SQL and its rows.
+    let prompt = user_text(&llm.requests()[3]);
+    assert!(
+        prompt.contains("SQL: SELECT population_2020") && prompt.contains("2148000\n"),
+        "{prompt}"
+    );
+}
