@@ -302,6 +302,9 @@ impl Trajectory {
     pub fn zero_timings(&mut self) {
         for call in &mut self.calls {
             call.ms = 0.0;
+            if let Some(sql) = &mut call.sql {
+                sql.ms = 0.0;
+            }
         }
         self.totals.ms = 0.0;
     }
