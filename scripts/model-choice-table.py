@@ -49,10 +49,22 @@ for name, (score, label) in SETS.items():
     if not runs:
         continue
     common = set.intersection(*(set(r) for r in runs.values()))
-    for scope, pick in (("common", lambda r: [r[q] for q in sorted(common)]), ("all", lambda r: list(r.values()))):
-        for m, recs in runs.items():
-            records = pick(recs)
-            if scope == "all" and len(records) == len(common):
-                continue
+    # The models that finished the whole set, compared on it.
+    full = {m: r for m, r in runs.items() if len(r) >= 100}
+    common_full = set.intersection(*(set(r) for r in full.values())) if len(full) > 1 else set()
+    scopes = (
+        ("common to all", runs, common),
+        ("common to the full runs", full, common_full),
+    )
+    for scope, chosen, qids in scopes:
+        if not qids or (scope != "common to all" and qids == common):
+            continue
+        for m, recs in chosen.items():
+            records = [recs[q] for q in sorted(qids)]
             r1, rall, s, parse, secs = row(records, score)
             print(f"| {name} ({label}) | {m} | {len(records)} ({scope}) | {r1:.3f} | {rall:.3f} | {s:.3f} | {parse:.3f} | {secs:.1f} |")
+    for m, recs in runs.items():
+        if len(recs) in (len(common), len(common_full)):
+            continue
+        r1, rall, s, parse, secs = row(list(recs.values()), score)
+        print(f"| {name} ({label}) | {m} | {len(recs)} (all of its run) | {r1:.3f} | {rall:.3f} | {s:.3f} | {parse:.3f} | {secs:.1f} |")
