@@ -87,6 +87,10 @@ pub struct TableRagArgs {
     /// TableRAG: most characters per table chunk (row-aligned, header repeated).
     #[arg(long, default_value_t = ChunkOptions::default().max_chars)]
     pub tablerag_chunk_chars: usize,
+    /// TableRAG: NL2SQL retries after a failed query, each shown the error (0: the paper, the
+    /// error goes to compose).
+    #[arg(long, default_value_t = TableRagConfig::default().sql_retries)]
+    pub tablerag_sql_retries: usize,
 }
 
 impl TableRagArgs {
@@ -98,6 +102,7 @@ impl TableRagArgs {
             sql_tables: self.tablerag_sql_tables,
             force_answer: self.tablerag_force_answer,
             max_new_tokens,
+            sql_retries: self.tablerag_sql_retries,
             ..TableRagConfig::default()
         }
     }
@@ -254,6 +259,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             "force_answer": t.tablerag_force_answer,
             "chunk_chars": t.tablerag_chunk_chars,
             "chunk_overlap": t.chunk_options().overlap,
+            "sql_retries": t.tablerag_sql_retries,
         });
     }
     if args.method == Method::Rerank {

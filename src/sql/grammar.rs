@@ -24,23 +24,27 @@ fn literal(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string())
 }
 
-/// The expression rules with suffix `suffix`; `aggregates`: whether an aggregate call may appear
-/// (select list, HAVING) or not (WHERE, GROUP BY, an aggregate's own argument: SQLite refuses
-/// those when it prepares the statement).
-fn expression_rules(suffix: &str, aggregates: bool) -> String {
-    let aggregate = if aggregates { " | aggregate" } else { "" };
+/// The expression rules `expr_{kind}{r}` and below, over the columns of rule `column{r}`;
+/// `aggregates`: whether an aggregate call may appear (select list, HAVING) or not (WHERE,
+/// GROUP BY, an aggregate's own argument: SQLite refuses those when it prepares the statement).
+fn expression_rules(kind: &str, r: &str, aggregates: bool) -> String {
+    let aggregate = if aggregates {
+        format!(" | aggregate{r}")
+    } else {
+        String::new()
+    };
     format!(
         r#"expr_{s}: conj_{s} (" OR "i conj_{s})*
 conj_{s}: neg_{s} (" AND "i neg_{s})*
 neg_{s}: "NOT "i? pred_{s}
-pred_{s}: sum_{s} (CMP sum_{s} | " IS NULL"i | " IS NOT NULL"i | LIKE sum_{s} | BETWEEN sum_{s} " AND "i sum_{s} | IN "(" (sum_{s} (COMMA sum_{s})* | subselect) ")")?
+pred_{s}: sum_{s} (CMP sum_{s} | " IS NULL"i | " IS NOT NULL"i | LIKE sum_{s} | BETWEEN sum_{s} " AND "i sum_{s} | IN "(" (sum_{s} (COMMA sum_{s})* | subselect{r}) ")")?
 sum_{s}: prod_{s} (ADD prod_{s})*
 prod_{s}: unary_{s} (MUL unary_{s})*
 unary_{s}: "-"? atom_{s}
-atom_{s}: column | INT | DECIMAL | STRING | "NULL"i | scalar_{s} | "(" expr_{s} ")" | "(" subselect ")"{aggregate}
+atom_{s}: column{r} | INT | DECIMAL | STRING | "NULL"i | scalar_{s} | "(" expr_{s} ")" | "(" subselect{r} ")"{aggregate}
 scalar_{s}: FN1 "(" expr_{s} ")" | FN12 "(" expr_{s} (COMMA expr_{s})? ")" | "SUBSTR("i expr_{s} COMMA expr_{s} (COMMA expr_{s})? ")" | FN2 "(" expr_{s} COMMA expr_{s} ")" | "COALESCE("i expr_{s} (COMMA expr_{s})+ ")" | "REPLACE("i expr_{s} COMMA expr_{s} COMMA expr_{s} ")" | "CAST("i expr_{s} " AS "i TYPE ")"
 "#,
-        s = suffix,
+        s = format!("{kind}{r}"),
     )
 }
 
@@ -103,10 +107,34 @@ fn ascii_case_insensitive(grammar: &str) -> String {
 
 /// The grammar of SELECT statements over `relation`.
 pub fn select_grammar(relation: &RelationSchema) -> String {
-    ascii_case_insensitive(&select_grammar_text(relation))
+    select_grammar_over(std::slice::from_ref(relation))
 }
 
-fn select_grammar_text(relation: &RelationSchema) -> String {
+/// The grammar of SELECT statements over any one of `relations` (TableRAG's NL2SQL sees the
+/// tables its chunks came from): each statement reads one relation and names only that
+/// relation's columns, so a column of another table is refused by the mask, not by SQLite.
+pub fn select_grammar_over(relations: &[RelationSchema]) -> String {
+    let single = relations.len() == 1;
+    let suffix = |i: usize| {
+        if single {
+            String::new()
+        } else {
+            format!("_{i}")
+        }
+    };
+    let selects: Vec<String> = (0..relations.len())
+        .map(|i| format!("select{}", suffix(i)))
+        .collect();
+    let mut text = format!("start: ({}) \";\"?\n", selects.join(" | "));
+    for (i, relation) in relations.iter().enumerate() {
+        text.push_str(&relation_rules(relation, &suffix(i)));
+    }
+    text.push_str(TERMINALS);
+    ascii_case_insensitive(&text)
+}
+
+/// The rules of SELECT statements over `relation`, every rule name ending in `r`.
+fn relation_rules(relation: &RelationSchema, r: &str) -> String {
     // Each name quoted or bare (any ASCII case): bare is how the models write them, and a mask
     // that refuses `age` turns Qwen2.5-Coder-0.5B's first letter into `TOTAL(` or `TRIM(` (6 of
     // 30 Spider queries right under quoted-only names, 84 of 100 unconstrained). Bare names are
@@ -123,23 +151,30 @@ fn select_grammar_text(relation: &RelationSchema) -> String {
     // ORDER BY sorts by an aggregate only after GROUP BY (SQLite refuses it in a query that may
     // not aggregate).
     format!(
-        r#"start: select ";"?
-select: "SELECT "i DISTINCT? results " FROM "i table where? tail
-subselect: "SELECT "i DISTINCT? expr_a " FROM "i table where? tail
-tail: (group_by order_by_a? | order_by_p?) limit?
-results: result (COMMA result)*
-result: "*" | expr_a
-table: {table}
-where: " WHERE "i expr_p
-group_by: " GROUP BY "i grouping (COMMA grouping)* (" HAVING "i expr_a)?
-grouping: column | scalar_p
-order_by_p: " ORDER BY "i ordering_p (COMMA ordering_p)*
-ordering_p: (column | scalar_p) (" ASC"i | " DESC"i)?
-order_by_a: " ORDER BY "i ordering_a (COMMA ordering_a)*
-ordering_a: (column | aggregate | scalar_a) (" ASC"i | " DESC"i)?
-limit: " LIMIT "i INT (" OFFSET "i INT)?
-aggregate: "COUNT("i ("*" | DISTINCT? expr_p) ")" | AGG1 "(" DISTINCT? expr_p ")" | "GROUP_CONCAT("i (DISTINCT expr_p | expr_p (COMMA expr_p)?) ")"
-{plain}{with_aggregates}column: {columns}
+        r#"select{r}: "SELECT "i DISTINCT? results{r} " FROM "i table{r} where{r}? tail{r}
+subselect{r}: "SELECT "i DISTINCT? expr_a{r} " FROM "i table{r} where{r}? tail{r}
+tail{r}: (group_by{r} order_by_a{r}? | order_by_p{r}?) limit?
+results{r}: result{r} (COMMA result{r})*
+result{r}: "*" | expr_a{r}
+table{r}: {table}
+where{r}: " WHERE "i expr_p{r}
+group_by{r}: " GROUP BY "i grouping{r} (COMMA grouping{r})* (" HAVING "i expr_a{r})?
+grouping{r}: column{r} | scalar_p{r}
+order_by_p{r}: " ORDER BY "i ordering_p{r} (COMMA ordering_p{r})*
+ordering_p{r}: (column{r} | scalar_p{r}) (" ASC"i | " DESC"i)?
+order_by_a{r}: " ORDER BY "i ordering_a{r} (COMMA ordering_a{r})*
+ordering_a{r}: (column{r} | aggregate{r} | scalar_a{r}) (" ASC"i | " DESC"i)?
+aggregate{r}: "COUNT("i ("*" | DISTINCT? expr_p{r}) ")" | AGG1 "(" DISTINCT? expr_p{r} ")" | "GROUP_CONCAT("i (DISTINCT expr_p{r} | expr_p{r} (COMMA expr_p{r})?) ")"
+{plain}{with_aggregates}column{r}: {columns}
+"#,
+        plain = expression_rules("p", r, false),
+        with_aggregates = expression_rules("a", r, true),
+        columns = columns.join(" | "),
+    )
+}
+
+/// What every relation's rules share.
+const TERMINALS: &str = r#"limit: " LIMIT "i INT (" OFFSET "i INT)?
 DISTINCT: "DISTINCT "i
 LIKE: " LIKE "i | " NOT LIKE "i
 BETWEEN: " BETWEEN "i | " NOT BETWEEN "i
@@ -156,12 +191,7 @@ AGG1: "SUM"i | "AVG"i | "MIN"i | "MAX"i | "TOTAL"i
 FN1: "LOWER"i | "UPPER"i | "LENGTH"i | "ABS"i
 FN12: "ROUND"i | "TRIM"i
 FN2: "IFNULL"i | "INSTR"i
-"#,
-        plain = expression_rules("p", false),
-        with_aggregates = expression_rules("a", true),
-        columns = columns.join(" | "),
-    )
-}
+"#;
 
 #[cfg(test)]
 mod tests {

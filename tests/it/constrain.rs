@@ -11,8 +11,8 @@ use tableseek::engine::{
 };
 
 use tableseek::corpus::{SourceFormat, Table, TableMeta};
-use tableseek::sql::grammar::select_grammar;
-use tableseek::sql::{QueryLimits, Relation};
+use tableseek::sql::grammar::{select_grammar, select_grammar_over};
+use tableseek::sql::{Database, QueryLimits, Relation};
 
 use crate::common::{existing, smollm2_chat, smollm2_gguf};
 
@@ -549,6 +549,52 @@ fn sql_walks_always_prepare_and_name_only_the_relations_columns() {
 }
 
 #[test]
+fn sql_walks_over_several_tables_read_one_and_name_only_its_columns() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    let closes: Vec<bool> = (0..vocab as u32)
+        .map(|id| {
+            tokenizer.decode(&[id], false).is_ok_and(|t| {
+                matches!(
+                    t.trim(),
+                    "\"" | ")" | "'" | ";" | "," | "FROM" | "from" | "WHERE" | "where" | "1"
+                )
+            })
+        })
+        .collect();
+    let mut rng = Rng(0x7ab1_e5e7);
+    let limits = QueryLimits::default();
+    for case in 0..24 {
+        let tables: Vec<Table> = (0..2 + rng.below(2))
+            .map(|_| awkward_table(&mut rng))
+            .collect();
+        let names: Vec<String> = (0..tables.len()).map(|i| format!("T{i}")).collect();
+        let pairs: Vec<(&Table, &str)> = tables
+            .iter()
+            .zip(&names)
+            .map(|(t, n)| (t, n.as_str()))
+            .collect();
+        let database = Database::new(&pairs).unwrap();
+        let grammar = Grammar::Lark(select_grammar_over(database.relations()));
+        // SQLite refuses a column of another table when it prepares, so "prepares" is the
+        // check that each statement names only the columns of the table it reads.
+        let prepares = |text: &str| database.query(text, &limits).is_ok();
+        let text = walk(
+            &tokenizer,
+            &compiler,
+            &closes,
+            &grammar,
+            &mut rng,
+            &|t| (!prepares(t)).then_some(false),
+            12,
+        );
+        let result = database.query(&text, &limits);
+        assert!(result.is_ok(), "case {case}: {text:?}: {result:?}");
+    }
+}
+
+#[test]
 fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     let Some(tokenizer) = tokenizer() else { return };
     let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
@@ -587,4 +633,32 @@ fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     assert!(!admits("DELETE FROM \"t\""));
     assert!(!admits("PRAGMA table_info(\"t\")"));
     assert!(!admits(r#"SELECT "name" FROM "t"; DROP TABLE "t""#));
+
+    // Over two tables: each statement reads one and names only its columns.
+    let other = Table {
+        id: "city.csv".into(),
+        source_format: SourceFormat::Csv,
+        header: vec!["City".into()],
+        rows: vec![vec!["Oslo".into()]],
+        meta: TableMeta::default(),
+    };
+    let database = Database::new(&[(&table, "T0"), (&other, "T1")]).unwrap();
+    let grammar = Grammar::Lark(select_grammar_over(database.relations()));
+    let admits = |text: &str| {
+        let mut mask = compiler.compile(&grammar).expect("grammar compiles");
+        let ids = tokenizer.encode(text, false).unwrap();
+        let mut generated = Vec::new();
+        for id in ids {
+            if !allowed(&mut mask, &generated, vocab).contains(&id) {
+                return false;
+            }
+            generated.push(id);
+        }
+        true
+    };
+    assert!(admits("SELECT name FROM T0 WHERE age > 40"));
+    assert!(admits(r#"SELECT "city" FROM "T1""#));
+    assert!(!admits("SELECT city FROM T0"));
+    assert!(!admits("SELECT name FROM T1"));
+    assert!(!admits("SELECT name FROM T2"));
 }

@@ -62,7 +62,7 @@ pub enum SqlTables {
     First,
 }
 
-/// TableRAG's settings (defaults: the paper's).
+/// TableRAG's settings (defaults: the paper's, but for one SQL retry: `sql_retries`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableRagConfig {
     pub task: TaskType,
@@ -76,6 +76,10 @@ pub struct TableRagConfig {
     pub force_answer: bool,
     /// Generation cap of the NL2SQL and compose calls.
     pub max_new_tokens: usize,
+    /// NL2SQL calls after a query that failed, each shown the error (the paper: 0, the error
+    /// goes to compose; SQL QA elsewhere in tableseek retries once).
+    #[serde(default)]
+    pub sql_retries: usize,
 }
 
 impl Default for TableRagConfig {
@@ -88,6 +92,7 @@ impl Default for TableRagConfig {
             sql_tables: SqlTables::Retrieved,
             force_answer: false,
             max_new_tokens: 256,
+            sql_retries: 1,
         }
     }
 }
@@ -458,70 +463,88 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
         for &t in tables {
             self.seen.push((t, call));
         }
-        let response = self.call(
-            CallKind::Nl2Sql,
-            &[ChatMessage::user(prompt)],
-            self.config.max_new_tokens,
-            None,
-        )?;
-        let started = Instant::now();
+        // One SELECT over one of these relations, naming only its columns (with --constrain
+        // on; the adapter drops the grammar otherwise).
+        let grammar = Grammar::Lark(crate::sql::grammar::select_grammar_over(
+            database.relations(),
+        ));
+        let mut messages = vec![ChatMessage::user(prompt)];
         let limits = QueryLimits {
             max_rows: ROW_CAP,
             ..QueryLimits::default()
         };
-        let (sql, result) = match extract_sql(&strip_thinking(&response.text)) {
-            Some(sql) => {
-                let result = database.query(&sql, &limits).map_err(|e| e.to_string());
-                (sql, result)
-            }
-            None => (
-                String::new(),
-                Err("the reply holds no SELECT query".to_string()),
-            ),
-        };
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        let (attempt, result_text) = match result {
-            Ok(result) => {
-                let text = render_rows(&result.columns, &result.rows, result.truncated);
-                let mut rows = result.rows;
-                let truncated = result.truncated || rows.len() > SHOWN_ROWS;
-                rows.truncate(SHOWN_ROWS);
-                (
-                    SqlAttempt {
+        let table_ids: Vec<String> = tables
+            .iter()
+            .map(|&t| self.space.table_id(t).to_string())
+            .collect();
+        let mut attempt_no = 0;
+        let (attempt, result_text) = loop {
+            let response = self.call(
+                CallKind::Nl2Sql,
+                &messages,
+                self.config.max_new_tokens,
+                Some(grammar.clone()),
+            )?;
+            let reply = strip_thinking(&response.text);
+            let started = Instant::now();
+            let (sql, result) = match extract_sql(&reply) {
+                Some(sql) => {
+                    let result = database.query(&sql, &limits).map_err(|e| e.to_string());
+                    (sql, result)
+                }
+                None => (
+                    String::new(),
+                    Err("the reply holds no SELECT query".to_string()),
+                ),
+            };
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            let (attempt, result_text) = match result {
+                Ok(result) => {
+                    let text = render_rows(&result.columns, &result.rows, result.truncated);
+                    let mut rows = result.rows;
+                    let truncated = result.truncated || rows.len() > SHOWN_ROWS;
+                    rows.truncate(SHOWN_ROWS);
+                    let attempt = SqlAttempt {
                         sql,
                         rows,
                         truncated,
                         error: None,
                         ms,
-                    },
-                    text,
-                )
+                    };
+                    (attempt, text)
+                }
+                Err(error) => {
+                    let attempt = SqlAttempt {
+                        sql,
+                        rows: Vec::new(),
+                        truncated: false,
+                        error: Some(error.clone()),
+                        ms,
+                    };
+                    (attempt, format!("the query failed: {error}"))
+                }
+            };
+            let parsed = attempt.error.is_none();
+            let action = Action::Sql {
+                table_ids: table_ids.clone(),
+            };
+            self.record(
+                StepKind::Nl2Sql,
+                response,
+                parsed,
+                action,
+                Some(attempt.clone()),
+            );
+            if parsed || attempt_no >= self.config.sql_retries {
+                break (attempt, result_text);
             }
-            Err(error) => (
-                SqlAttempt {
-                    sql,
-                    rows: Vec::new(),
-                    truncated: false,
-                    error: Some(error.clone()),
-                    ms,
-                },
-                format!("the query failed: {error}"),
-            ),
+            attempt_no += 1;
+            messages.push(ChatMessage::assistant(reply));
+            messages.push(ChatMessage::user(format!(
+                "The query failed: {}\nWrite a corrected SQLite query. Return only the SQL.",
+                attempt.error.as_deref().unwrap_or("")
+            )));
         };
-        let parsed = attempt.error.is_none();
-        let action = Action::Sql {
-            table_ids: tables
-                .iter()
-                .map(|&t| self.space.table_id(t).to_string())
-                .collect(),
-        };
-        self.record(
-            StepKind::Nl2Sql,
-            response,
-            parsed,
-            action,
-            Some(attempt.clone()),
-        );
         Ok(SqlStep {
             tables: ids,
             attempt: Some(attempt),

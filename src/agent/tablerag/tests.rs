@@ -74,6 +74,7 @@ fn config() -> TableRagConfig {
         max_iterations: 3,
         recall: 30,
         top_k: 3,
+        sql_retries: 0,
         ..TableRagConfig::default()
     }
 }
@@ -196,6 +197,56 @@ fn bad_sql_becomes_text_for_compose_and_the_loop_goes_on() {
         assert_eq!(trajectory.answer, "2", "{sql}");
         assert_eq!(trajectory.iterations[1].sql_rows, Some(1));
     }
+}
+
+#[test]
+fn a_failed_query_is_retried_once_with_its_error_under_the_grammar_of_the_tables() {
+    let space = space();
+    let index = WordIndex::new(&space);
+    let mut llm = ScriptedLlm::new([
+        r#"{"subquery": "singers from France, count"}"#,
+        "SELECT COUNT(*) FROM T0 WHERE nationality = 'France'",
+        "SELECT COUNT(*) FROM T0 WHERE country = 'France'",
+        "2 singers.",
+        r#"{"answer": "2"}"#,
+    ]);
+    let config = TableRagConfig {
+        sql_retries: 1,
+        ..config()
+    };
+    let trajectory = run(&mut llm, &space, &index, &config, QUESTION).unwrap();
+    let requests = llm.requests();
+    let kinds: Vec<CallKind> = requests.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds[..4],
+        [
+            CallKind::Decompose,
+            CallKind::Nl2Sql,
+            CallKind::Nl2Sql,
+            CallKind::Compose
+        ]
+    );
+    // The retry sees its failed query and the error; both calls carry the SELECT grammar
+    // over the shown tables.
+    let retry = render_chat(&requests[2].messages);
+    assert!(
+        retry.contains("nationality") && retry.contains("no such column"),
+        "{retry}"
+    );
+    for request in &requests[1..3] {
+        let grammar = format!("{:?}", request.constraint);
+        assert!(
+            grammar.contains("SELECT") || grammar.contains("[Ss][Ee][Ll]"),
+            "{grammar}"
+        );
+        assert!(grammar.contains("country"), "{grammar}");
+    }
+    assert!(!trajectory.calls[1].parsed && trajectory.calls[2].parsed);
+    let first = &trajectory.iterations[0];
+    assert_eq!(first.sql_error, None);
+    assert_eq!(first.sql_rows, Some(1));
+    assert!(render_chat(&requests[3].messages).contains("Result: COUNT(*)\n2\n(1 rows)"));
+    assert_eq!(trajectory.answer, "2");
 }
 
 #[test]
