@@ -173,7 +173,8 @@ aggregate{r}: "COUNT("i ("*" | DISTINCT? expr_p{r}) ")" | AGG1 "(" DISTINCT? exp
     )
 }
 
-/// What every relation's rules share.
+/// What every relation's rules share. Integers have at most 18 digits: a longer one is a REAL
+/// to SQLite, which `LIMIT` refuses (Qwen2.5-Coder-0.5B wrote `LIMIT 1000…0` with 70 digits).
 const TERMINALS: &str = r#"limit: " LIMIT "i INT (" OFFSET "i INT)?
 DISTINCT: "DISTINCT "i
 LIKE: " LIKE "i | " NOT LIKE "i
@@ -183,7 +184,7 @@ COMMA: /, ?/
 CMP: / ?(=|==|!=|<>|<|<=|>|>=) ?/
 ADD: / ?(\+|\|\|) ?/ | " - "
 MUL: / ?(\*|\/|%) ?/
-INT: /[0-9]+/
+INT: /[0-9]{1,18}/
 DECIMAL: /[0-9]+\.[0-9]+/
 STRING: /'([^'\n]|'')*'/
 TYPE: "INTEGER"i | "REAL"i | "TEXT"i | "NUMERIC"i

@@ -633,6 +633,8 @@ fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     assert!(!admits("DELETE FROM \"t\""));
     assert!(!admits("PRAGMA table_info(\"t\")"));
     assert!(!admits(r#"SELECT "name" FROM "t"; DROP TABLE "t""#));
+    assert!(admits("SELECT name FROM t LIMIT 100000"));
+    assert!(!admits("SELECT name FROM t LIMIT 10000000000000000000000"));
 
     // Over two tables: each statement reads one and names only its columns.
     let other = Table {
