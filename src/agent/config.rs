@@ -223,7 +223,8 @@ pub enum QaMode {
     Text,
     /// The model writes one SQLite query over the top table; the answer is its result
     /// ([`crate::agent::sql_qa`]); a query that fails or returns nothing counts as insufficient
-    /// evidence, so the loop falls back to the next table. Fact verification stays text.
+    /// evidence, so the loop falls back to the next table. A claim is tested by a query that
+    /// returns 1 when it holds ([`crate::agent::sql_qa::claim_question`]).
     Sql,
     /// SQL when the model passes [`crate::agent::sql_qa::probe`] (measured once, at start-up),
     /// else text. Callers resolve it with [`QaMode::resolve`]; unresolved it reads as text.

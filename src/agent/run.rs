@@ -440,9 +440,10 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         self.ranking.splice(..shown, head);
     }
 
-    /// SQL QA on `table` (tableqa under [`QaMode::Sql`]): one call, and one retry with the error
-    /// while the budget lasts. A query that fails or returns nothing is insufficient evidence,
-    /// so the loop falls back to the next table.
+    /// SQL QA on `table` (under [`QaMode::Sql`]): one call, and one retry with the error while
+    /// the budget lasts. A question's query that fails or returns nothing is insufficient
+    /// evidence, a claim's query that fails leaves it unverifiable: the loop falls back to the
+    /// next table. A claim's query that ran decides it ([`SqlAttempt::claim_verdict`]).
     fn answer_sql(
         &mut self,
         kind: CallKind,
@@ -457,17 +458,15 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             }
             let response = self.call(kind, session.messages().to_vec(), Some(session.grammar()))?;
             let attempt = session.run_reply(&response.text);
-            let answered = attempt.answered();
-            verdict = if answered {
-                Verdict::Answered
-            } else {
-                Verdict::Insufficient
+            let (answer, outcome) = match self.config.task {
+                TaskType::Tableqa if attempt.answered() => (attempt.answer(), Verdict::Answered),
+                TaskType::Tableqa => (String::new(), Verdict::Insufficient),
+                TaskType::FactVerification => match attempt.claim_verdict() {
+                    Some(label) => (parse::fact_answer(label).to_string(), label),
+                    None => (String::new(), Verdict::Unverifiable),
+                },
             };
-            let answer = if answered {
-                attempt.answer()
-            } else {
-                String::new()
-            };
+            verdict = outcome;
             let call = self.steps();
             self.trajectory.tables_seen.push(SeenTable {
                 table_id: table_id.clone(),
@@ -501,6 +500,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             }
         }
         let phrase = self.config.sql_answer == SqlAnswer::Phrased
+            && self.config.task == TaskType::Tableqa
             && verdict == Verdict::Answered
             && self.steps() < self.config.max_steps;
         let ran = self.trajectory.calls.last().and_then(|c| c.sql.clone());
@@ -525,10 +525,14 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
 
     /// One QA call over `tables`; updates the answer, the final table and the tables seen.
     fn answer(&mut self, kind: CallKind, tables: &[usize]) -> Result<Verdict, AgentError> {
-        if self.config.qa == QaMode::Sql && self.config.task == TaskType::Tableqa {
+        if self.config.qa == QaMode::Sql {
+            let question = match self.config.task {
+                TaskType::Tableqa => self.query.to_string(),
+                TaskType::FactVerification => sql_qa::claim_question(self.query),
+            };
             let session = tables.first().and_then(|&t| {
                 let table = self.space.table(t)?;
-                SqlSession::new(table, self.query).ok().map(|s| (t, s))
+                SqlSession::new(table, &question).ok().map(|s| (t, s))
             });
             if let Some((table, session)) = session {
                 return self.answer_sql(kind, table, session);

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::parse::Verdict;
 use super::{AgentError, CallKind, ChatMessage, Llm, LlmRequest, LlmResponse};
 use crate::corpus::Table;
 use crate::sql::{QueryLimits, Relation};
@@ -189,6 +190,42 @@ impl SqlAttempt {
     }
 }
 
+/// The question SQL QA asks for a claim: a query whose result is 1 when the claim holds.
+///
+/// Why SQL for claims: given the gold table, Qwen2.5-Coder-0.5B labels every one of the first 40
+/// TabFact test-1k claims SUPPORTED when it reads the table (text QA, constrained or free: 19
+/// right), while the query it writes for this question decided 31 of them right.
+pub fn claim_question(claim: &str) -> String {
+    format!(
+        "Is this claim true: \"{claim}\"? The query returns 1 if it is true and 0 if it is false."
+    )
+}
+
+impl SqlAttempt {
+    /// The verdict on a claim from the query that tested it ([`claim_question`]): supported when
+    /// the first value is true to SQLite (a non-zero number), refuted otherwise (0, NULL, text,
+    /// no rows: the table does not show the claim true); `None` when the query did not run.
+    pub fn claim_verdict(&self) -> Option<Verdict> {
+        if self.error.is_some() {
+            return None;
+        }
+        let first = self
+            .rows
+            .first()
+            .and_then(|row| row.first())
+            .cloned()
+            .flatten();
+        let truthy = first
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .is_some_and(|x| x != 0.0);
+        Some(if truthy {
+            Verdict::Supported
+        } else {
+            Verdict::Refuted
+        })
+    }
+}
+
 /// Longest phrased answer, in tokens: a few words, where the rows are long a short list.
 pub const PHRASE_TOKENS: usize = 96;
 
@@ -350,6 +387,48 @@ mod tests {
     use super::*;
     use crate::agent::testing::ScriptedLlm;
     use crate::corpus::{SourceFormat, TableMeta};
+
+    #[test]
+    fn a_claims_query_supports_it_only_with_a_true_first_value() {
+        let attempt = |rows: Vec<Vec<Option<&str>>>, error: Option<&str>| SqlAttempt {
+            sql: "SELECT 1".into(),
+            rows: rows
+                .into_iter()
+                .map(|r| r.into_iter().map(|v| v.map(str::to_string)).collect())
+                .collect(),
+            truncated: false,
+            error: error.map(str::to_string),
+            ms: 0.0,
+        };
+        let supported = Some(Verdict::Supported);
+        let refuted = Some(Verdict::Refuted);
+        assert_eq!(
+            attempt(vec![vec![Some("1")]], None).claim_verdict(),
+            supported
+        );
+        assert_eq!(
+            attempt(vec![vec![Some(" 2.5")]], None).claim_verdict(),
+            supported
+        );
+        assert_eq!(
+            attempt(vec![vec![Some("0")]], None).claim_verdict(),
+            refuted
+        );
+        assert_eq!(
+            attempt(vec![vec![Some("0.0")], vec![Some("1")]], None).claim_verdict(),
+            refuted
+        );
+        assert_eq!(attempt(vec![vec![None]], None).claim_verdict(), refuted);
+        assert_eq!(
+            attempt(vec![vec![Some("yes")]], None).claim_verdict(),
+            refuted
+        );
+        assert_eq!(attempt(vec![], None).claim_verdict(), refuted);
+        assert_eq!(
+            attempt(vec![], Some("no such column: x")).claim_verdict(),
+            None
+        );
+    }
 
     fn singers() -> Table {
         Table {

@@ -49,7 +49,8 @@ pub struct AgentArgs {
     /// `sql` (it writes one SQLite query over the table, under a grammar of SELECTs over its
     /// columns with --constrain on; the answer is the result; one retry on an error; an empty
     /// result falls back to the next table) or `auto` (SQL if the model answers 3 of 4 built-in
-    /// SQL probe questions, measured at start-up; else text). Fact verification stays text.
+    /// SQL probe questions, measured at start-up; else text). Under SQL a claim is tested by a
+    /// query that returns 1 when it holds.
     #[arg(long, value_enum, default_value_t = QaMode::Text)]
     pub qa: QaMode,
     /// Under SQL QA: the answer is the result rows' values (`rows`), or one more call words it

@@ -616,7 +616,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         tables: Vec<usize>,
         retrieval_ms: f64,
     ) -> Result<QueryRecord, EvalError> {
-        if self.options.qa == QaMode::Sql && query.task == TaskType::Tableqa {
+        if self.options.qa == QaMode::Sql {
             if let Some(&first) = tables.first() {
                 if let Some(table) = self.space.table(first) {
                     return self.baseline_sql(llm, query, first, table, retrieval_ms);
@@ -676,14 +676,34 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
         table: &crate::corpus::Table,
         retrieval_ms: f64,
     ) -> Result<QueryRecord, EvalError> {
+        let claim = query.task == TaskType::FactVerification;
+        let question = if claim {
+            agent::sql_qa::claim_question(&query.query)
+        } else {
+            query.query.clone()
+        };
         let outcome = sql_qa(
             llm,
-            &query.query,
+            &question,
             table,
             self.options.qa_max_new_tokens,
             CallKind::Qa,
-            self.options.agent.sql_answer == SqlAnswer::Phrased,
+            !claim && self.options.agent.sql_answer == SqlAnswer::Phrased,
         )?;
+        // A claim no query tested counts as refuted, as the baseline's text prompt says.
+        let (prediction, verdict) = if claim {
+            let label = outcome
+                .attempts
+                .last()
+                .and_then(|a| a.claim_verdict())
+                .unwrap_or(agent::Verdict::Refuted);
+            (agent::parse::fact_answer(label).to_string(), label)
+        } else if outcome.parsed {
+            (outcome.answer.clone(), agent::Verdict::Answered)
+        } else {
+            // No query ran: the evidence stays unread, as an insufficient-evidence answer.
+            (outcome.answer.clone(), agent::Verdict::Insufficient)
+        };
         let id = self.space.table_id(table_index).to_string();
         let sum = |f: fn(&LlmResponse) -> f64| outcome.responses.iter().map(f).sum::<f64>();
         Ok(QueryRecord {
@@ -691,13 +711,8 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
             method: self.method,
             task: query.task,
             error: None,
-            prediction: outcome.answer,
-            // No query ran: the evidence stays unread, as an insufficient-evidence answer.
-            verdict: Some(if outcome.parsed {
-                agent::Verdict::Answered
-            } else {
-                agent::Verdict::Insufficient
-            }),
+            prediction,
+            verdict: Some(verdict),
             final_table: Some(id.clone()),
             tables_seen: vec![id.clone()],
             ranking: vec![id],

@@ -873,6 +873,62 @@ fn sql_qa_retries_on_an_error_and_falls_back_on_an_empty_result() {
     assert!(user_text(&llm.requests()[2]).contains("CREATE TABLE \"t\""));
 }
 
+/// Under `--qa sql` a claim is tested by a query that returns 1 when it holds: a failed query
+/// gets its retry, a query that ran decides the claim (a true value supports it, 0 refutes it),
+/// and no call phrases anything.
+#[test]
+fn sql_fact_verification_decides_a_claim_by_the_truth_of_its_query() {
+    let config = AgentConfig::builder()
+        .task(TaskType::FactVerification)
+        .qa(tableseek::agent::QaMode::Sql)
+        .sql_answer(tableseek::agent::SqlAnswer::Phrased)
+        .max_steps(6)
+        .build()
+        .unwrap();
+    let claim = "Paris had more than two million inhabitants in 2020.";
+    let (t, llm) = run(
+        config.clone(),
+        claim,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "SELECT inhabitants > 2000000 FROM t WHERE city = 'Paris'",
+            "SELECT population_2020 > 2000000 FROM t WHERE city = 'Paris'",
+        ],
+    );
+    assert_eq!(
+        kinds(&t),
+        [
+            StepKind::PatternGen,
+            StepKind::RefineSelect,
+            StepKind::Qa,
+            StepKind::Qa
+        ]
+    );
+    let asked = user_text(&llm.requests()[2]);
+    assert!(
+        asked.contains("Is this claim true") && asked.contains(claim),
+        "{asked}"
+    );
+    assert!(user_text(&llm.requests()[3]).contains("no such column: inhabitants"));
+    assert_eq!(t.verdict, Some(Verdict::Supported));
+    assert_eq!(t.answer, "supported");
+    assert_eq!(t.final_table.as_deref(), Some(IDS[0]));
+
+    let (t, _) = run(
+        config,
+        claim,
+        &[
+            PATTERNS_FR,
+            &select(&["T0"]),
+            "SELECT COUNT(*) FROM t WHERE city = 'Paris' AND population_2020 > 3000000",
+        ],
+    );
+    assert_eq!(t.verdict, Some(Verdict::Refuted));
+    assert_eq!(t.answer, "refuted");
+    assert_eq!(t.tables_seen.len(), 1);
+}
+
 #[test]
 fn sql_qa_can_phrase_its_answer_in_one_more_call() {
     let config = AgentConfig::builder()

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use tableseek::agent::testing::{render_chat, ScriptedLlm};
 use tableseek::agent::{AgentError, CorpusSpace, Llm, LlmRequest, LlmResponse, TaskType};
 use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::eval::{load_queries, resolve_dataset, EvalOptions, Evaluator, Method, QaMode};
@@ -115,7 +116,7 @@ impl Llm for SqlWriter {
 }
 
 /// `--qa sql` on the oracle table: the answer is the query's result over the parsed table, the
-/// attempts are recorded, and fact verification stays text QA.
+/// attempts are recorded, and a claim is decided by the truth of its query.
 #[test]
 fn oracle_sql_qa_answers_from_the_query_result() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -150,12 +151,23 @@ fn oracle_sql_qa_answers_from_the_query_result() {
         "{}",
         llm.prompts[0]
     );
-    // A claim is still checked by reading the table.
-    if let Some(claim) = queries
+    // A claim is tested by a query that returns 1 when it holds; a reply with no query leaves
+    // it refuted.
+    let sydney = queries
         .iter()
-        .find(|q| q.task == TaskType::FactVerification)
-    {
-        let record = oracle.run_query(&mut Constant, claim).unwrap();
-        assert!(record.qa_output.as_deref().unwrap_or("").contains("Answer"));
-    }
+        .find(|q| q.qid == "s4")
+        .expect("the samples claim Sydney hosted the 2000 Games");
+    let mut llm = ScriptedLlm::new([
+        "SELECT COUNT(*) > 0 FROM t WHERE host_city = 'Sydney' AND year = 2000",
+        "SELECT COUNT(*) > 0 FROM t WHERE host_city = 'Sydney' AND year = 2004",
+    ]);
+    let record = oracle.run_query(&mut llm, sydney).unwrap();
+    assert!(render_chat(&llm.requests()[0].messages).contains("Is this claim true"));
+    assert_eq!(record.prediction, "supported");
+    assert_eq!(record.metrics.correct, Some(true));
+    let record = oracle.run_query(&mut llm, sydney).unwrap();
+    assert_eq!(record.prediction, "refuted");
+    assert_eq!(record.metrics.correct, Some(false));
+    let record = oracle.run_query(&mut Constant, sydney).unwrap();
+    assert_eq!(record.prediction, "refuted");
 }
