@@ -99,12 +99,16 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Aggregates records in the given order (a run's finishing order, which resuming keeps).
+    /// Aggregates records in query-id order: a run with several threads finishes them in varying
+    /// order, and float sums in another order differ in the last digit (two runs' summaries,
+    /// or a run's and `report`'s, differed in `avg_ms`).
     pub fn from_records(records: &[QueryRecord]) -> Result<Self, MetricsError> {
-        let per_query: Vec<_> = records.iter().map(|r| r.metrics.clone()).collect();
+        let mut ordered: Vec<&QueryRecord> = records.iter().collect();
+        ordered.sort_by(|a, b| a.qid.cmp(&b.qid));
+        let per_query: Vec<_> = ordered.iter().map(|r| r.metrics.clone()).collect();
         let aggregate = Aggregate::from_metrics(&per_query)?;
         let n = records.len() as f64;
-        let mean = |f: &dyn Fn(&QueryRecord) -> f64| records.iter().map(f).sum::<f64>() / n;
+        let mean = |f: &dyn Fn(&QueryRecord) -> f64| ordered.iter().map(|r| f(r)).sum::<f64>() / n;
         let mut methods: Vec<String> = records.iter().map(|r| r.method.to_string()).collect();
         methods.sort();
         methods.dedup();

@@ -14,7 +14,7 @@ use tableseek::eval::rundir::{PLOTS_DIR, QUERIES_FILE, REPORT_FILE, SUMMARY_FILE
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
     compare_runs, load_queries, read_records, write_summary, EvalOptions, EvalQuery, Evaluator,
-    Method, RunConfig, RunDir, RunError,
+    Method, RunConfig, RunDir, RunError, Summary,
 };
 use tableseek::retrieve::bert::Embeddings;
 use tableseek::retrieve::dense::{self, DenseIndex, TextEncoder};
@@ -325,6 +325,18 @@ fn report_rebuilds_the_same_summary_from_records() {
     {
         assert_eq!(&read(&plots.join(file)), svg, "{file} redrawn differently");
     }
+    // Finishing order does not change the summary, not even in the last digit of a float sum.
+    let mut records = read_records(&dir).unwrap();
+    for (i, record) in records.iter_mut().enumerate() {
+        record.cost.ms.retrieval = [0.1, 0.2, 0.3, 1e-17, 7.7][i % 5];
+    }
+    let forward = Summary::from_records(&records).unwrap();
+    records.reverse();
+    let backward = Summary::from_records(&records).unwrap();
+    assert_eq!(
+        serde_json::to_string(&forward).unwrap(),
+        serde_json::to_string(&backward).unwrap()
+    );
 }
 
 #[test]
