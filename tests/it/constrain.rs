@@ -504,14 +504,10 @@ fn quoted_identifiers(sql: &str) -> Vec<String> {
     found
 }
 
-#[test]
-fn sql_walks_always_prepare_and_name_only_the_relations_columns() {
-    let Some(tokenizer) = tokenizer() else { return };
-    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
-    let vocab = compiler.vocab_size();
-    // Tokens that only end an identifier, a string, a group or the statement, or move on to
-    // FROM, so walks through a recursive grammar finish.
-    let closes: Vec<bool> = (0..vocab as u32)
+/// Tokens that only end an identifier, a string, a group or the statement, or move on to FROM,
+/// so walks through a recursive SQL grammar finish.
+fn sql_closing_tokens(tokenizer: &Tokenizer, vocab: usize) -> Vec<bool> {
+    (0..vocab as u32)
         .map(|id| {
             tokenizer.decode(&[id], false).is_ok_and(|t| {
                 matches!(
@@ -520,24 +516,68 @@ fn sql_walks_always_prepare_and_name_only_the_relations_columns() {
                 )
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Feeds `text` token by token under `grammar`; whether every token was allowed.
+fn admits_text(
+    tokenizer: &Tokenizer,
+    compiler: &GrammarCompiler,
+    grammar: &Grammar,
+    text: &str,
+) -> bool {
+    let vocab = compiler.vocab_size();
+    let mut mask = compiler.compile(grammar).expect("grammar compiles");
+    let ids = tokenizer.encode(text, false).unwrap();
+    let mut generated = Vec::new();
+    for id in ids {
+        if !allowed(&mut mask, &generated, vocab).contains(&id) {
+            return false;
+        }
+        generated.push(id);
+    }
+    true
+}
+
+/// A random walk through an SQL grammar; wherever the grammar would let the model stop,
+/// SQLite must accept the statement (`prepare`).
+fn sql_walk(
+    tokenizer: &Tokenizer,
+    compiler: &GrammarCompiler,
+    closes: &[bool],
+    grammar: &Grammar,
+    rng: &mut Rng,
+    prepare: &dyn Fn(&str) -> Result<(), String>,
+) -> String {
+    walk(
+        tokenizer,
+        compiler,
+        closes,
+        grammar,
+        rng,
+        &|t| prepare(t).is_err().then_some(false),
+        12,
+    )
+}
+
+#[test]
+fn sql_walks_always_prepare_and_name_only_the_relations_columns() {
+    let Some(tokenizer) = tokenizer() else { return };
+    let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
+    let vocab = compiler.vocab_size();
+    let closes = sql_closing_tokens(&tokenizer, vocab);
     let mut rng = Rng(0x5e1e_c7ed);
     let limits = QueryLimits::default();
     for case in 0..60 {
         let table = awkward_table(&mut rng);
         let relation = Relation::from_table(&table, "t").unwrap();
         let grammar = Grammar::Lark(select_grammar(relation.schema()));
-        // Wherever the grammar would let the model stop, SQLite must accept the statement.
-        let prepares = |text: &str| relation.query(text, &limits).is_ok();
-        let text = walk(
-            &tokenizer,
-            &compiler,
-            &closes,
-            &grammar,
-            &mut rng,
-            &|t| (!prepares(t)).then_some(false),
-            12,
-        );
+        let text = sql_walk(&tokenizer, &compiler, &closes, &grammar, &mut rng, &|t| {
+            relation
+                .query(t, &limits)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
         let result = relation.query(&text, &limits);
         assert!(result.is_ok(), "case {case}: {text:?}: {result:?}");
         let mut names = relation.sql_column_names();
@@ -553,16 +593,7 @@ fn sql_walks_over_several_tables_read_one_and_name_only_its_columns() {
     let Some(tokenizer) = tokenizer() else { return };
     let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
     let vocab = compiler.vocab_size();
-    let closes: Vec<bool> = (0..vocab as u32)
-        .map(|id| {
-            tokenizer.decode(&[id], false).is_ok_and(|t| {
-                matches!(
-                    t.trim(),
-                    "\"" | ")" | "'" | ";" | "," | "FROM" | "from" | "WHERE" | "where" | "1"
-                )
-            })
-        })
-        .collect();
+    let closes = sql_closing_tokens(&tokenizer, vocab);
     let mut rng = Rng(0x7ab1_e5e7);
     let limits = QueryLimits::default();
     for case in 0..24 {
@@ -577,18 +608,14 @@ fn sql_walks_over_several_tables_read_one_and_name_only_its_columns() {
             .collect();
         let database = Database::new(&pairs).unwrap();
         let grammar = Grammar::Lark(select_grammar_over(database.relations()));
-        // SQLite refuses a column of another table when it prepares, so "prepares" is the
+        // SQLite refuses a column of another table when it prepares, so preparing is the
         // check that each statement names only the columns of the table it reads.
-        let prepares = |text: &str| database.query(text, &limits).is_ok();
-        let text = walk(
-            &tokenizer,
-            &compiler,
-            &closes,
-            &grammar,
-            &mut rng,
-            &|t| (!prepares(t)).then_some(false),
-            12,
-        );
+        let text = sql_walk(&tokenizer, &compiler, &closes, &grammar, &mut rng, &|t| {
+            database
+                .query(t, &limits)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
         let result = database.query(&text, &limits);
         assert!(result.is_ok(), "case {case}: {text:?}: {result:?}");
     }
@@ -598,7 +625,6 @@ fn sql_walks_over_several_tables_read_one_and_name_only_its_columns() {
 fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     let Some(tokenizer) = tokenizer() else { return };
     let compiler = GrammarCompiler::new(&tokenizer).expect("token trie");
-    let vocab = compiler.vocab_size();
     let table = Table {
         id: "singer.csv".into(),
         source_format: SourceFormat::Csv,
@@ -608,19 +634,7 @@ fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     };
     let relation = Relation::from_table(&table, "t").unwrap();
     let grammar = Grammar::Lark(select_grammar(relation.schema()));
-    // Feeds `text` token by token; returns whether every token was allowed.
-    let admits = |text: &str| {
-        let mut mask = compiler.compile(&grammar).expect("grammar compiles");
-        let ids = tokenizer.encode(text, false).unwrap();
-        let mut generated = Vec::new();
-        for id in ids {
-            if !allowed(&mut mask, &generated, vocab).contains(&id) {
-                return false;
-            }
-            generated.push(id);
-        }
-        true
-    };
+    let admits = |text: &str| admits_text(&tokenizer, &compiler, &grammar, text);
     assert!(admits(r#"SELECT COUNT(*) FROM "t" WHERE "age" > 40"#));
     assert!(admits(
         r#"select "name" from "t" where "age" = (select max("age") from "t") order by "name" limit 1;"#
@@ -646,18 +660,7 @@ fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     };
     let database = Database::new(&[(&table, "T0"), (&other, "T1")]).unwrap();
     let grammar = Grammar::Lark(select_grammar_over(database.relations()));
-    let admits = |text: &str| {
-        let mut mask = compiler.compile(&grammar).expect("grammar compiles");
-        let ids = tokenizer.encode(text, false).unwrap();
-        let mut generated = Vec::new();
-        for id in ids {
-            if !allowed(&mut mask, &generated, vocab).contains(&id) {
-                return false;
-            }
-            generated.push(id);
-        }
-        true
-    };
+    let admits = |text: &str| admits_text(&tokenizer, &compiler, &grammar, text);
     assert!(admits("SELECT name FROM T0 WHERE age > 40"));
     assert!(admits(r#"SELECT "city" FROM "T1""#));
     assert!(!admits("SELECT city FROM T0"));
