@@ -146,6 +146,8 @@ fn relation_rules(relation: &RelationSchema, r: &str) -> String {
         .map(|name| either(name))
         .collect();
     let table = either(&relation.name);
+    // A column may be qualified by its table (`T0.age`): TableRAG shows tables as T0, T1, …, and
+    // a mask without qualified names turned Qwen2.5-Coder-0.5B's `T1.name` into `ToTAL("nm")`.
     // Subqueries give one column (SQLite refuses more in a scalar or IN position); ORDER BY and
     // GROUP BY terms are never a bare number (`ORDER BY 3` is a column position SQLite checks);
     // ORDER BY sorts by an aggregate only after GROUP BY (SQLite refuses it in a query that may
@@ -165,7 +167,8 @@ ordering_p{r}: (column{r} | scalar_p{r}) (" ASC"i | " DESC"i)?
 order_by_a{r}: " ORDER BY "i ordering_a{r} (COMMA ordering_a{r})*
 ordering_a{r}: (column{r} | aggregate{r} | scalar_a{r}) (" ASC"i | " DESC"i)?
 aggregate{r}: "COUNT("i ("*" | DISTINCT? expr_p{r}) ")" | AGG1 "(" DISTINCT? expr_p{r} ")" | "GROUP_CONCAT("i (DISTINCT expr_p{r} | expr_p{r} (COMMA expr_p{r})?) ")"
-{plain}{with_aggregates}column{r}: {columns}
+{plain}{with_aggregates}column{r}: (table{r} ".")? column_name{r}
+column_name{r}: {columns}
 "#,
         plain = expression_rules("p", r, false),
         with_aggregates = expression_rules("a", r, true),
@@ -222,7 +225,7 @@ mod tests {
         );
         assert!(!grammar.contains(r#""i"#), "{grammar}");
         assert!(
-            grammar.contains(r#"column: "\"name\"" | /[Nn][Aa][Mm][Ee]/ | "\"price\"" | "#),
+            grammar.contains(r#"column_name: "\"name\"" | /[Nn][Aa][Mm][Ee]/ | "\"price\"" | "#),
             "{grammar}"
         );
     }

@@ -662,6 +662,10 @@ fn the_sql_grammar_refuses_other_tables_unknown_columns_and_writes() {
     let grammar = Grammar::Lark(select_grammar_over(database.relations()));
     let admits = |text: &str| admits_text(&tokenizer, &compiler, &grammar, text);
     assert!(admits("SELECT name FROM T0 WHERE age > 40"));
+    assert!(admits("SELECT T0.name FROM T0 WHERE T0.age > 40"));
+    assert!(admits(r#"SELECT "T1"."city" FROM T1"#));
+    assert!(!admits("SELECT T1.city FROM T0"));
+    assert!(!admits("SELECT T0.city FROM T1"));
     assert!(admits(r#"SELECT "city" FROM "T1""#));
     assert!(!admits("SELECT city FROM T0"));
     assert!(!admits("SELECT name FROM T1"));
