@@ -6,8 +6,11 @@ multiset (column order free), numbers compared at 1e-6, text exactly.
 
     scripts/result-set-match.py RUN_DIR [SPIDER_JSONL]
 
-RUN_DIR is an `eval --method oracle|bm25|dense|rerank --qa sql` run on the spider-single-table dataset;
-its records keep each attempt's rows in `qa_output`. Prints matched / total and lists the misses.
+RUN_DIR is an `eval --qa sql` run of a baseline (oracle, bm25, dense, rerank: each attempt's rows are
+in `qa_output`) or of an agent (tableseek, tablerag: in the trajectory's calls), on the
+spider-single-table dataset or on a TCR-style query file (`bench build-tcr`: pass it as the second
+argument; its `answer_rows` are the gold rows). The last query that ran is the one scored, as
+`../shared/method/tablerag.md` defines execution match. Prints matched / total and lists the misses.
 """
 import json
 import os
@@ -52,11 +55,21 @@ def main():
         if q is None:
             continue
         total += 1
-        attempts = json.loads(rec.get("qa_output") or "[]")
+        if rec.get("trajectory"):
+            attempts = [c["sql"] for c in rec["trajectory"]["calls"] if c.get("sql")]
+        else:
+            try:
+                attempts = json.loads(rec.get("qa_output") or "[]")
+            except json.JSONDecodeError:
+                attempts = []
+            if not isinstance(attempts, list):  # text QA: no query
+                attempts = []
         ok_attempts = [a for a in attempts if a.get("error") is None and a.get("sql")]
         rows = ok_attempts[-1]["rows"] if ok_attempts else None
         truncated = ok_attempts[-1].get("truncated") if ok_attempts else False
-        if rows is not None and not truncated and same(rows, q["answer"], q.get("order_matters", False)):
+        gold_rows = q["answer_rows"] if "answer_rows" in q else q["answer"]
+        ordered = q.get("order_matters", False)
+        if rows is not None and not truncated and same(rows, gold_rows, ordered):
             matched += 1
         else:
             misses.append((rec["qid"], ok_attempts[-1]["sql"] if ok_attempts else None))
