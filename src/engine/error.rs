@@ -46,6 +46,16 @@ pub enum EngineError {
         cache_layers: usize,
         model_layers: usize,
     },
+    #[error("a decoding step got {tokens} tokens for {caches} KV caches")]
+    BatchMismatch { tokens: usize, caches: usize },
+    #[error("a prefill piece of {len} tokens at position {start} crosses a chunk boundary (chunk {chunk})")]
+    PieceCrossesChunk {
+        start: usize,
+        len: usize,
+        chunk: usize,
+    },
+    #[error("the batching engine has stopped: {0}")]
+    EngineStopped(String),
     #[error("reading {path}: {source}")]
     Io {
         path: PathBuf,

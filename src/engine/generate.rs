@@ -173,6 +173,11 @@ impl Generator {
         &mut self.prefix_cache
     }
 
+    /// The model and the prefix cache at once (a scheduler runs one and fills the other).
+    pub fn parts_mut(&mut self) -> (&Model, &mut PrefixCache) {
+        (&self.model, &mut self.prefix_cache)
+    }
+
     /// Greedy-decodes after `prompt`. `stop` sees all tokens generated so far after each new one
     /// and ends generation by returning true (e.g. on a stop string).
     pub fn generate(

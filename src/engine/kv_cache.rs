@@ -31,7 +31,7 @@ pub struct KvCache {
     len: usize,
 }
 
-fn capacity_for(len: usize) -> usize {
+pub(crate) fn capacity_for(len: usize) -> usize {
     len.next_power_of_two().max(MIN_CAPACITY)
 }
 

@@ -6,6 +6,8 @@
 //! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill, plus batched last-token
 //!   hidden states for embedding and reranker heads.
 //! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
+//! - [`batch`]: continuous batching (many sequences per step, each bit for bit as alone) and a
+//!   thread-owned engine behind a cloneable handle.
 //! - [`generate`]: greedy decoding with stop conditions and a logits hook.
 //! - [`constrain`]: structured decoding, a grammar (JSON schema, Lark) as that hook (llguidance).
 //! - [`device`]: device specs and layer split.
@@ -26,6 +28,7 @@
 //! # }
 //! ```
 
+pub mod batch;
 pub mod config;
 pub(crate) mod cpu_attention;
 pub(crate) mod cpu_kernels;
@@ -45,6 +48,7 @@ pub mod model;
 pub mod prefix_cache;
 pub mod rope;
 
+pub use batch::{BatchOptions, Batcher, Completion, EngineHandle, Request};
 pub use config::{Architecture, Config};
 pub use device::{parse_dtype, DeviceMap};
 pub use error::EngineError;

@@ -119,12 +119,38 @@ impl Linear {
         self
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = self.forward_unbiased(x)?;
         match &self.bias {
             Some(bias) => Ok(y.broadcast_add(bias)?),
             None => Ok(y),
         }
+    }
+
+    /// `forward` for a stack of rows `[n, ..., in]` from different sequences, each row's output
+    /// bitwise what it is when the row is multiplied alone: our CPU kernels keep rows apart, so
+    /// the rows share one pass over the weights; any other kernel (candle's gemm and quantized
+    /// matmuls pick blocking by row count) multiplies them one by one.
+    pub(crate) fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
+        if self.keeps_rows_apart(x)? {
+            return self.forward(x);
+        }
+        let rows = (0..x.dim(0)?)
+            .map(|i| self.forward(&x.narrow(0, i, 1)?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&rows, 0)?)
+    }
+
+    fn keeps_rows_apart(&self, x: &Tensor) -> Result<bool> {
+        Ok(match &self.decode_rows {
+            Some(decode) => {
+                x.device().is_cpu()
+                    && x.dtype() == DType::F32
+                    && decode.shape().1 == x.dim(candle_core::D::Minus1)?
+                    && super::cpu_q8::supported()
+            }
+            None => false,
+        })
     }
 
     fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
@@ -236,7 +262,7 @@ pub struct Model {
 }
 
 /// Per-device inputs shared by the layers of one chunk.
-struct ChunkInputs {
+pub(crate) struct ChunkInputs {
     device: Device,
     cos: Tensor,
     sin: Tensor,
@@ -546,7 +572,7 @@ impl Model {
         Ok(x)
     }
 
-    fn chunk_inputs(
+    pub(crate) fn chunk_inputs(
         &self,
         pos: usize,
         t: usize,
@@ -578,17 +604,38 @@ impl Model {
         cache: &mut KvCache,
     ) -> Result<Tensor> {
         let cfg = &self.cfg;
-        let eps = cfg.rms_norm_eps as f32;
         let (b, t, _) = x.dims3()?;
         let (n_head, n_kv, hd) = (
             cfg.num_attention_heads,
             cfg.num_key_value_heads,
             cfg.head_dim,
         );
-        let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
+        let h = candle_nn::ops::rms_norm(x, &l.attn_norm, cfg.rms_norm_eps as f32)?;
         let q = l.q.forward(&h)?.reshape((b, t, n_head, hd))?;
         let k = l.k.forward(&h)?.reshape((b, t, n_kv, hd))?;
         let v = l.v.forward(&h)?.reshape((b, t, n_kv, hd))?;
+        let attn = self.attend(l, idx, q, k, v, inp, cache)?;
+        let x = (x + l.o.forward(&attn)?)?;
+        self.feed_forward(l, &x, |linear, h| linear.forward(h))
+    }
+
+    /// Attention of projected `q`, `k`, `v` (`[b, t, heads, head_dim]`): per-head norms, rotary
+    /// embedding, the cache append and the attention itself; `[b, t, heads · head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attend(
+        &self,
+        l: &Layer,
+        idx: usize,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        inp: &ChunkInputs,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let eps = cfg.rms_norm_eps as f32;
+        let (b, t, n_head, hd) = q.dims4()?;
+        let n_kv = cfg.num_key_value_heads;
         let (q, k) = match (&l.q_norm, &l.k_norm) {
             (Some(qn), Some(kn)) => (
                 candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?,
@@ -609,30 +656,41 @@ impl Model {
         // Query head h uses KV head h / groups: heads of one group become extra rows.
         let q = q.reshape((b, n_kv, groups * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let attn = match cpu_attention::attention(&q, &k_all, &v_all, t, &inp.pads, scale as f32)? {
-            Some(attn) => attn,
-            None => {
-                // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose
-                // ~0.4% per logit, which the exponential turns into visible attention errors.
-                let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
-                if let Some(mask) = inp.mask()? {
-                    scores = scores
-                        .reshape((b, n_kv, groups, t, len))?
-                        .broadcast_add(mask)?
-                        .reshape((b, n_kv, groups * t, len))?;
+        Ok(
+            match cpu_attention::attention(&q, &k_all, &v_all, t, &inp.pads, scale as f32)? {
+                Some(attn) => attn,
+                None => {
+                    // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose
+                    // ~0.4% per logit, which the exponential turns into visible attention errors.
+                    let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
+                    if let Some(mask) = inp.mask()? {
+                        scores = scores
+                            .reshape((b, n_kv, groups, t, len))?
+                            .broadcast_add(mask)?
+                            .reshape((b, n_kv, groups * t, len))?;
+                    }
+                    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
+                    probs
+                        .matmul(&v_all)?
+                        .reshape((b, n_head, t, hd))?
+                        .transpose(1, 2)?
+                        .reshape((b, t, n_head * hd))?
                 }
-                let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
-                probs
-                    .matmul(&v_all)?
-                    .reshape((b, n_head, t, hd))?
-                    .transpose(1, 2)?
-                    .reshape((b, t, n_head * hd))?
-            }
-        };
-        let x = (x + l.o.forward(&attn)?)?;
-        let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
-        let mlp = (candle_nn::ops::silu(&l.gate.forward(&h)?)? * l.up.forward(&h)?)?;
-        Ok((x + l.down.forward(&mlp)?)?)
+            },
+        )
+    }
+
+    /// The residual MLP block after attention; `project` runs each projection (batched decoding
+    /// passes one that keeps every row's arithmetic as it is alone).
+    pub(crate) fn feed_forward(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        project: impl Fn(&Linear, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let h = candle_nn::ops::rms_norm(x, &l.ffn_norm, self.cfg.rms_norm_eps as f32)?;
+        let mlp = (candle_nn::ops::silu(&project(&l.gate, &h)?)? * project(&l.up, &h)?)?;
+        Ok((x + project(&l.down, &mlp)?)?)
     }
 
     pub fn architecture(&self) -> Architecture {

@@ -15,8 +15,10 @@ mod bm25_props;
 mod bm25_tabfact;
 mod chat_templates;
 mod constrain;
+
 mod corpus_load;
 mod corpus_serialize;
+mod engine_batch;
 mod engine_errors;
 mod engine_gguf;
 mod engine_parity;
