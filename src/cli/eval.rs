@@ -1,5 +1,5 @@
 //! `tableseek eval` (resumable evaluation runs), `tableseek report` (rebuild summaries and one
-//! comparison table from run directories) and `tableseek compare` (paired significance tests).
+//! comparison table from run directories, or join `--shard` runs) and `tableseek compare` (paired significance tests).
 
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -10,10 +10,12 @@ use tableseek::agent::tablerag::{SqlTables, TableRagConfig};
 use tableseek::agent::{CorpusSpace, EngineLlm, SqlAnswer, DEFAULT_MAX_TABLE_CHARS};
 use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::engine::DeviceMap;
+use tableseek::eval::shard::SHARD_KEY;
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
-    compare_runs, load_queries, read_records, render_comparison, render_report, resolve_dataset,
-    write_summary, EvalOptions, Evaluator, Method, QaMode, RunConfig, RunDir,
+    compare_runs, load_queries, merge_shards, read_records, render_comparison, render_report,
+    resolve_dataset, write_summary, EvalOptions, Evaluator, Method, QaMode, RunConfig, RunDir,
+    Shard,
 };
 use tableseek::retrieve::chunks::{chunk_tables, ChunkOptions};
 
@@ -62,6 +64,10 @@ pub struct EvalArgs {
     /// Record every time as 0, so two runs compare byte for byte.
     #[arg(long)]
     pub no_timings: bool,
+    /// Run only shard K of N (queries K-1, K-1+N, ... of the limited dataset), e.g. from a job
+    /// array; `report --merge OUT DIRS...` joins the N shard directories into one run.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
 }
 
 const TABLERAG_MAX_NEW_TOKENS: usize = 256;
@@ -118,9 +124,13 @@ impl TableRagArgs {
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     /// Run directories; each gets a fresh summary.json and report.md, and with several a
-    /// comparison table is printed.
+    /// comparison table is printed. With --merge: the shard runs to join.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
+    /// Join the `eval --shard K/N` runs given as RUNS into this new run directory (queries in
+    /// dataset order, as the unsharded run writes them), then report it.
+    #[arg(long, value_name = "OUT")]
+    pub merge: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -208,6 +218,10 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(limit) = args.limit {
         queries.truncate(limit);
     }
+    let whole = queries.len();
+    if let Some(shard) = args.shard {
+        queries = shard.select(&queries);
+    }
     let dense = matches!(
         args.method,
         Method::Dense | Method::Rerank | Method::Tablerag
@@ -267,6 +281,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         options["rerank_depth"] = serde_json::json!(args.rerank.depth());
         options["rerank_instruction"] = serde_json::json!(args.rerank.rerank_instruction);
         options["rerank_max_length"] = serde_json::json!(args.rerank.rerank_max_length);
+    }
+    if let Some(shard) = args.shard {
+        options[SHARD_KEY] = serde_json::json!(shard.info(whole));
     }
     let config = RunConfig {
         tableseek_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -395,6 +412,12 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
 }
 
 pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
+    if let Some(out) = &args.merge {
+        let summary = merge_shards(&args.runs, out)?;
+        let name = out.display().to_string();
+        println!("{}", render_report(&[(name.as_str(), &summary)]));
+        return Ok(());
+    }
     let mut summaries = Vec::new();
     for dir in &args.runs {
         let records = read_records(dir)?;

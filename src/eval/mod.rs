@@ -4,6 +4,7 @@
 //! - [`run`]: the evaluated methods ([`Method`]) and the per-query [`QueryRecord`].
 //! - [`rundir`]: resumable run directories (`config.json`, `queries.jsonl`, `summary.json`,
 //!   `report.md`, `plots/`).
+//! - [`shard`]: `--shard K/N` (a deterministic 1/N of a dataset) and merging shard runs.
 //! - [`report`]: summaries, the main-results table, paired comparisons of two runs.
 //! - [`plots`]: the SVG plots of a run (time by stage, calls per query, top-1 by round, score by
 //!   format), drawn with plotters.
@@ -19,6 +20,7 @@ pub mod plots;
 pub mod report;
 pub mod run;
 pub mod rundir;
+pub mod shard;
 pub mod stats;
 
 mod special;
@@ -27,3 +29,4 @@ pub use dataset::{load_queries, resolve_dataset, DatasetError, EvalQuery};
 pub use report::{compare_runs, render_comparison, render_report, Comparison, Summary};
 pub use run::{EvalError, EvalOptions, Evaluator, Method, QaMode, QueryRecord};
 pub use rundir::{read_records, write_summary, RunConfig, RunDir, RunError};
+pub use shard::{merge as merge_shards, MergeError, Shard};

@@ -86,7 +86,7 @@ pub struct RunConfig {
 
 impl RunConfig {
     /// The keys of `options` (and the model hash) whose values differ, in sorted order.
-    fn differences(&self, other: &RunConfig) -> Vec<String> {
+    pub(crate) fn differences(&self, other: &RunConfig) -> Vec<String> {
         let mut keys = BTreeSet::new();
         match (self.options.as_object(), other.options.as_object()) {
             (Some(a), Some(b)) => {
@@ -168,7 +168,7 @@ pub fn read_records(dir: &Path) -> Result<Vec<QueryRecord>, RunError> {
     Ok(read.records)
 }
 
-fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), RunError> {
+pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), RunError> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents).map_err(io_error(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_error(path))

@@ -733,3 +733,77 @@ fn eval_with_a_thread_count_runs_the_real_model() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].final_table.as_deref(), Some("geo/capitals.csv"));
 }
+
+/// 30 queries: the six of [`DATASET`] five times over under their own ids (the fake model answers
+/// by query text, so each copy scores as its original).
+fn thirty_queries(dir: &Path) -> Vec<EvalQuery> {
+    let lines: String = (0..30)
+        .map(|i| {
+            let line = DATASET.lines().nth(i % 6).unwrap();
+            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+            let qid = format!("{}-{i}", value["qid"].as_str().unwrap());
+            value["qid"] = qid.into();
+            format!("{value}\n")
+        })
+        .collect();
+    let path = dir.join("thirty.jsonl");
+    std::fs::write(&path, lines).unwrap();
+    load_queries(&path).unwrap()
+}
+
+#[test]
+fn shards_merged_equal_the_unsharded_run() {
+    use tableseek::eval::shard::SHARD_KEY;
+    use tableseek::eval::{merge_shards, MergeError, Shard};
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = thirty_queries(tmp.path());
+    let whole = tmp.path().join("whole");
+    full_run(Method::Tableseek, &whole, &queries, &mut FakeLlm::default());
+    let space = MemorySpace::new(TABLES);
+    let evaluator = Evaluator::new(Method::Tableseek, &space, space.len(), options()).unwrap();
+    let shard_dir = |k: usize| tmp.path().join(format!("shard-{k}"));
+    // Shards run in reverse order, each with a fresh model, as on separate machines.
+    for k in [3, 2, 1] {
+        let shard: Shard = format!("{k}/3").parse().unwrap();
+        let mut config = config(Method::Tableseek);
+        config.options[SHARD_KEY] = serde_json::json!(shard.info(queries.len()));
+        let mine = shard.select(&queries);
+        assert_eq!(mine.len(), 10);
+        assert_eq!(mine[0].qid, queries[k - 1].qid);
+        let mut run = RunDir::open(&shard_dir(k), &config, false).unwrap();
+        run.run(&evaluator, &mut FakeLlm::default(), &mine, |_| {})
+            .unwrap();
+    }
+    // A missing shard and a mismatched one are refused with what is wrong.
+    let err = merge_shards(&[shard_dir(1), shard_dir(3)], &tmp.path().join("bad")).unwrap_err();
+    assert!(matches!(err, MergeError::Incomplete { .. }), "{err}");
+    let err = merge_shards(&[shard_dir(1), whole.clone()], &tmp.path().join("bad2")).unwrap_err();
+    assert!(matches!(err, MergeError::NotAShard(_)), "{err}");
+
+    let merged = tmp.path().join("merged");
+    let dirs = [shard_dir(2), shard_dir(3), shard_dir(1)];
+    let mut command = tableseek();
+    command
+        .arg("report")
+        .arg("--merge")
+        .arg(&merged)
+        .args(&dirs);
+    let printed = succeed(&mut command);
+    assert!(printed.contains("| Acc |"), "{printed}");
+    assert_eq!(
+        read(&merged.join(QUERIES_FILE)),
+        read(&whole.join(QUERIES_FILE))
+    );
+    assert_eq!(
+        read(&merged.join(SUMMARY_FILE)),
+        read(&whole.join(SUMMARY_FILE))
+    );
+    // The merged run is a run directory like any other: it refuses a second merge into it.
+    let err = merge_shards(&dirs, &merged).unwrap_err();
+    assert!(err.to_string().contains("already holds a run"), "{err}");
+    // Bad shard specs are clear errors.
+    for bad in ["0/3", "4/3", "3", "a/b"] {
+        let err = bad.parse::<Shard>().unwrap_err();
+        assert!(err.contains("K/N"), "{bad}: {err}");
+    }
+}
