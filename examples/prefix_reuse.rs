@@ -80,8 +80,11 @@ fn main() -> anyhow::Result<()> {
         })
         .collect::<Result<_, _>>()?;
 
+    let generator = model
+        .generator_mut()
+        .context("a freshly loaded model runs locally")?;
     let mut run = |use_prefix_cache: bool| -> anyhow::Result<(f64, usize, usize, Vec<Vec<u32>>)> {
-        model.generator_mut().prefix_cache_mut().clear();
+        generator.prefix_cache_mut().clear();
         let opts = GenerateOptions {
             max_new_tokens: NEW_TOKENS,
             use_prefix_cache,
@@ -91,7 +94,7 @@ fn main() -> anyhow::Result<()> {
         let mut outputs = Vec::new();
         for suffix in &suffixes {
             let prompt: Vec<u32> = prefix.iter().chain(suffix).copied().collect();
-            let out = model.generator_mut().generate(&prompt, &opts, |_| false)?;
+            let out = generator.generate(&prompt, &opts, |_| false)?;
             prefill_ms += out.stats.prefill_ms;
             prompt_tokens += out.stats.prompt_tokens;
             cached += out.stats.cached_tokens;

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use tableseek::agent::tablerag::{SqlTables, TableRagConfig};
 use tableseek::agent::{CorpusSpace, EngineLlm, SqlAnswer, DEFAULT_MAX_TABLE_CHARS};
 use tableseek::corpus::{Corpus, LoadOptions};
-use tableseek::engine::DeviceMap;
+use tableseek::engine::{parse_bytes, BatchOptions, ChatModel, DeviceMap};
 use tableseek::eval::shard::SHARD_KEY;
 use tableseek::eval::stats::BootstrapOptions;
 use tableseek::eval::{
@@ -64,6 +64,15 @@ pub struct EvalArgs {
     /// Record every time as 0, so two runs compare byte for byte.
     #[arg(long)]
     pub no_timings: bool,
+    /// Queries whose agent loops run at once against one batching engine (their decoding steps
+    /// share passes over the weights). Records are still written in dataset order, and equal
+    /// those of a one-at-a-time run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub concurrency: u64,
+    /// KV-cache memory the concurrent sequences may reserve together (e.g. 4GiB, 512MiB); when
+    /// it is spent, new sequences wait.
+    #[arg(long, default_value = "4GiB", value_parser = parse_bytes)]
+    pub kv_memory: usize,
     /// Run only shard K of N (queries K-1, K-1+N, ... of the limited dataset), e.g. from a job
     /// array; `report --merge OUT DIRS...` joins the N shard directories into one run.
     #[arg(long, value_name = "K/N")]
@@ -385,9 +394,6 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(reranker) = reranker.as_mut() {
         evaluator = evaluator.with_reranker(reranker);
     }
-    let mut llm = EngineLlm::new(&mut model)
-        .enable_thinking(args.agent.enable_thinking)
-        .constrain(args.agent.constrain.is_on());
     let progress = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(pending as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
@@ -399,10 +405,46 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let summary = run_dir.run(&evaluator, &mut llm, &queries, |record| {
+    let on_done = |record: &tableseek::eval::QueryRecord| {
         progress.set_message(record.qid.clone());
         progress.inc(1);
-    })?;
+    };
+    let (thinking, constrain) = (args.agent.enable_thinking, args.agent.constrain.is_on());
+    fn llm_for(model: &mut ChatModel, thinking: Option<bool>, constrain: bool) -> EngineLlm<'_> {
+        EngineLlm::new(model)
+            .enable_thinking(thinking)
+            .constrain(constrain)
+    }
+    let summary = if args.concurrency > 1 {
+        let batch = BatchOptions {
+            kv_budget_bytes: args.kv_memory,
+            ..BatchOptions::default()
+        };
+        let (engine, engine_thread) = model.into_engine(batch)?;
+        let mut models = (0..args.concurrency)
+            .map(|_| {
+                engine
+                    .engine_clone()
+                    .context("an engine-backed model has handles")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        drop(engine);
+        let llms = models
+            .iter_mut()
+            .map(|m| llm_for(m, thinking, constrain))
+            .collect();
+        let summary = run_dir.run_concurrent(&evaluator, llms, &queries, on_done)?;
+        drop(models);
+        let batcher = engine_thread.join()?;
+        tracing::info!(
+            peak_sequences = batcher.peak_sequences(),
+            "concurrent evaluation done"
+        );
+        summary
+    } else {
+        let mut llm = llm_for(&mut model, thinking, constrain);
+        run_dir.run(&evaluator, &mut llm, &queries, on_done)?
+    };
     progress.finish_and_clear();
     println!(
         "{}",

@@ -276,4 +276,8 @@ impl LogitsMask for GrammarMask {
             }
         }
     }
+
+    fn in_force(&self) -> bool {
+        self.constrained()
+    }
 }

@@ -235,3 +235,46 @@ mod tests {
         }
     }
 }
+
+/// A memory size as people write it: `4GiB`, `512MiB`, `1.5G`, `64k` or plain bytes. Binary
+/// multiples either way (`G` = `GiB`), since memory is sized in them.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 4GiB, 512MiB, 1048576)"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}` (B, KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    Ok((value * (1u64 << shift) as f64) as usize)
+}
+
+#[cfg(test)]
+mod byte_tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert!(parse_bytes("lots").unwrap_err().contains("not a size"));
+        assert!(parse_bytes("4 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+    }
+}

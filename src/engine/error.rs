@@ -54,6 +54,8 @@ pub enum EngineError {
         len: usize,
         chunk: usize,
     },
+    #[error("a borrowed logits mask cannot run on the batching engine thread; use chat_constrained, whose mask the call owns")]
+    BorrowedMask,
     #[error("the batching engine has stopped: {0}")]
     EngineStopped(String),
     #[error("reading {path}: {source}")]

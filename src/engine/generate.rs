@@ -17,6 +17,12 @@ pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 1 << 30;
 pub trait LogitsMask {
     /// `generated` holds the tokens produced so far in this call.
     fn apply(&mut self, generated: &[u32], logits: &mut [f32]);
+
+    /// After the call: whether the mask shaped the whole reply (a grammar that gave up, or
+    /// never started, says no).
+    fn in_force(&self) -> bool {
+        true
+    }
 }
 
 impl<F: FnMut(&[u32], &mut [f32])> LogitsMask for F {

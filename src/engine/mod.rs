@@ -50,7 +50,7 @@ pub mod rope;
 
 pub use batch::{BatchOptions, Batcher, Completion, EngineHandle, Request};
 pub use config::{Architecture, Config};
-pub use device::{parse_dtype, DeviceMap};
+pub use device::{parse_bytes, parse_dtype, DeviceMap};
 pub use error::EngineError;
 pub use generate::{
     CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, LoopGuard, StopReason,

@@ -5,10 +5,11 @@
 //! `tokenizer_config.json` beside the weights. `--tokenizer` overrides either.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::DType;
 
+use super::batch::{BatchOptions, EngineHandle, EngineThread, Request};
 use super::chat::{strip_thinking, ChatMessage, ChatTemplate, TemplateOptions};
 use super::constrain::{ConstraintError, Grammar, GrammarCompiler};
 use super::device::DeviceMap;
@@ -101,14 +102,40 @@ pub struct ChatOutput {
 }
 
 /// Weights, tokenizer, template and the prefix cache that successive calls share.
+///
+/// The weights run either here ([`Generator`], one call at a time) or on a batching engine
+/// thread ([`ChatModel::into_engine`]), whose handles many threads call at once; the text side
+/// (tokenizer, template, grammars) is shared by the handles.
 pub struct ChatModel {
-    generator: Generator,
+    backend: Backend,
+    text: Arc<ChatText>,
+}
+
+enum Backend {
+    Local(Generator),
+    Engine {
+        engine: EngineHandle,
+        /// The same weights the engine runs (tensors are shared, not copied): for the model's
+        /// facts (context window, config).
+        model: Model,
+    },
+}
+
+struct ChatText {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     stop_token_ids: Vec<u32>,
     /// Built on the first constrained call: walking the vocabulary costs time that plain chat
     /// should not pay.
     grammars: OnceLock<GrammarCompiler>,
+}
+
+/// The mask of one call: a caller's own (local model only) or one the call owns (it can travel
+/// to the engine thread and back).
+enum CallMask<'a> {
+    None,
+    Borrowed(&'a mut dyn LogitsMask),
+    Owned(Box<dyn LogitsMask + Send>),
 }
 
 impl ChatModel {
@@ -134,17 +161,58 @@ impl ChatModel {
         };
         let stop_token_ids = tokenizer.eos_token_ids().to_vec();
         Ok(Self {
-            generator: Generator::with_prefix_cache_bytes(model, opts.prefix_cache_bytes),
-            tokenizer,
-            template,
-            stop_token_ids,
-            grammars: OnceLock::new(),
+            backend: Backend::Local(Generator::with_prefix_cache_bytes(
+                model,
+                opts.prefix_cache_bytes,
+            )),
+            text: Arc::new(ChatText {
+                tokenizer,
+                template,
+                stop_token_ids,
+                grammars: OnceLock::new(),
+            }),
         })
+    }
+
+    /// Moves the weights and the prefix cache onto a batching engine thread and returns a chat
+    /// model that calls it; [`ChatModel::engine_clone`] makes more for other threads. Each call's
+    /// tokens are bitwise what the local model gives (see [`crate::engine::batch`]).
+    pub fn into_engine(self, options: BatchOptions) -> Result<(Self, EngineThread)> {
+        match self.backend {
+            Backend::Local(generator) => {
+                let model = generator.model().clone();
+                let (engine, thread) = EngineHandle::spawn(generator, options)?;
+                Ok((
+                    Self {
+                        backend: Backend::Engine { engine, model },
+                        text: self.text,
+                    },
+                    thread,
+                ))
+            }
+            Backend::Engine { .. } => Err(EngineError::EngineStopped(
+                "this chat model already runs on an engine thread".into(),
+            )),
+        }
+    }
+
+    /// Another handle to the same engine thread (`None` for a local model, which has one owner).
+    pub fn engine_clone(&self) -> Option<Self> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Engine { engine, model } => Some(Self {
+                backend: Backend::Engine {
+                    engine: engine.clone(),
+                    model: model.clone(),
+                },
+                text: self.text.clone(),
+            }),
+        }
     }
 
     /// Whether the chat template has a reasoning mode (see [`ChatTemplate::supports_thinking`]).
     pub fn supports_thinking(&self) -> bool {
-        self.template.supports_thinking()
+        self.text.template.supports_thinking()
     }
 
     /// A new-token budget per call that fits the model: thinking models get the method's 8,192;
@@ -161,15 +229,22 @@ impl ChatModel {
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        &self.text.tokenizer
     }
 
     pub fn model(&self) -> &Model {
-        self.generator.model()
+        match &self.backend {
+            Backend::Local(generator) => generator.model(),
+            Backend::Engine { model, .. } => model,
+        }
     }
 
-    pub fn generator_mut(&mut self) -> &mut Generator {
-        &mut self.generator
+    /// The local generator (`None` once the model runs on an engine thread).
+    pub fn generator_mut(&mut self) -> Option<&mut Generator> {
+        match &mut self.backend {
+            Backend::Local(generator) => Some(generator),
+            Backend::Engine { .. } => None,
+        }
     }
 
     /// The prompt text the template makes of `messages`, ending with the assistant header.
@@ -182,16 +257,17 @@ impl ChatModel {
             add_generation_prompt: true,
             enable_thinking,
         };
-        Ok(self.template.render(messages, &options)?)
+        Ok(self.text.template.render(messages, &options)?)
     }
 
     /// Token ids of a templated prompt. Special tokens written by the template (`<|im_start|>`)
     /// map to their ids; BOS is added only when the tokenizer asks for it and the template did
     /// not already write it.
     pub fn encode_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        let mut ids = self.tokenizer.encode(prompt, true)?;
-        if self.tokenizer.add_bos() {
-            if let Some((bos, _)) = self.tokenizer.bos_token() {
+        let tokenizer = &self.text.tokenizer;
+        let mut ids = tokenizer.encode(prompt, true)?;
+        if tokenizer.add_bos() {
+            if let Some((bos, _)) = tokenizer.bos_token() {
                 if ids.first() != Some(&bos) {
                     ids.insert(0, bos);
                 }
@@ -205,7 +281,8 @@ impl ChatModel {
         self.chat_masked(messages, opts, None)
     }
 
-    /// [`ChatModel::chat`] with a logits mask (structured decoding).
+    /// [`ChatModel::chat`] with a logits mask (structured decoding). A borrowed mask cannot
+    /// travel to an engine thread: on one, use [`ChatModel::chat_constrained`].
     pub fn chat_masked(
         &mut self,
         messages: &[ChatMessage],
@@ -214,23 +291,27 @@ impl ChatModel {
     ) -> Result<ChatOutput> {
         let prompt = self.render(messages, opts.enable_thinking)?;
         let constrained = mask.is_some();
-        let mut output = self.chat_prompt(prompt, opts, mask)?;
+        let mask = match mask {
+            Some(mask) => CallMask::Borrowed(mask),
+            None => CallMask::None,
+        };
+        let (mut output, _) = self.chat_prompt(prompt, opts, mask)?;
         output.constrained = constrained;
         Ok(output)
     }
 
     /// The grammar compiler over this model's tokenizer, built on first use.
     pub fn grammar_compiler(&self) -> Result<&GrammarCompiler, ConstraintError> {
-        if let Some(compiler) = self.grammars.get() {
+        if let Some(compiler) = self.text.grammars.get() {
             return Ok(compiler);
         }
         let started = std::time::Instant::now();
-        let compiler = GrammarCompiler::new(&self.tokenizer)?;
+        let compiler = GrammarCompiler::new(&self.text.tokenizer)?;
         tracing::debug!(
             ms = started.elapsed().as_secs_f64() * 1e3,
             "token trie for structured decoding"
         );
-        Ok(self.grammars.get_or_init(|| compiler))
+        Ok(self.text.grammars.get_or_init(|| compiler))
     }
 
     /// A greedy reply whose answer must match `grammar`. When the template leaves the model
@@ -244,63 +325,98 @@ impl ChatModel {
     ) -> Result<ChatOutput> {
         let prompt = self.render(messages, opts.enable_thinking)?;
         let gate = if self.supports_thinking() && !prompt.trim_end().ends_with("</think>") {
-            Some(self.tokenizer.encode("</think>", true)?)
+            Some(self.text.tokenizer.encode("</think>", true)?)
         } else {
             None
         };
-        let mut mask = self.grammar_compiler()?.compile_gated(grammar, gate)?;
-        let mut output = self.chat_prompt(prompt, opts, Some(&mut mask))?;
-        output.constrained = mask.constrained();
+        let mask = self.grammar_compiler()?.compile_gated(grammar, gate)?;
+        let (mut output, mask) = self.chat_prompt(prompt, opts, CallMask::Owned(Box::new(mask)))?;
+        output.constrained = mask.is_some_and(|mask| mask.in_force());
         Ok(output)
     }
 
+    /// Returns the output and the call's owned mask, if it had one.
     fn chat_prompt(
         &mut self,
         prompt: String,
         opts: &ChatOptions,
-        mask: Option<&mut dyn LogitsMask>,
-    ) -> Result<ChatOutput> {
+        mut mask: CallMask<'_>,
+    ) -> Result<(ChatOutput, Option<Box<dyn LogitsMask + Send>>)> {
         let prompt_token_ids = self.encode_prompt(&prompt)?;
         let generate_options = GenerateOptions {
             max_new_tokens: opts.max_new_tokens,
-            stop_token_ids: self.stop_token_ids.clone(),
+            stop_token_ids: self.text.stop_token_ids.clone(),
             truncate_prompt: opts.truncate_prompt,
             use_prefix_cache: opts.use_prefix_cache,
             // A grammar bounds its own output and always closes it, so a reply that cycles under
             // one still ends parseable (a pattern list repeating one pattern, say); cutting it at the
             // loop would leave unclosed JSON.
-            loop_guard: opts.loop_guard.filter(|_| mask.is_none()),
+            loop_guard: opts.loop_guard.filter(|_| matches!(mask, CallMask::None)),
         };
         let stops = StopStrings::new(opts.stop_strings.iter().cloned());
         // Decoding happens inside the stop hook, one token at a time, so the text is only built
         // once; a decode error there ends generation and is reported afterwards.
-        let mut stream = TextStream::new(true);
-        let mut stream_error = None;
-        let tokenizer = &self.tokenizer;
-        let output = self.generator.generate_masked(
-            &prompt_token_ids,
-            &generate_options,
-            mask,
-            |generated: &[u32]| {
+        let stream_error = Arc::new(Mutex::new(None));
+        let mut hook = {
+            let text = self.text.clone();
+            let stops = stops.clone();
+            let stream_error = stream_error.clone();
+            let mut stream = TextStream::new(true);
+            move |generated: &[u32]| {
                 if stops.is_empty() {
                     return false;
                 }
                 let Some(&last) = generated.last() else {
                     return false;
                 };
-                match stream.push(tokenizer, last) {
+                match stream.push(&text.tokenizer, last) {
                     Ok(_) => matches!(stops.check(stream.text()), StopMatch::Found { .. }),
                     Err(err) => {
-                        stream_error = Some(err);
+                        if let Ok(mut slot) = stream_error.lock() {
+                            *slot = Some(err);
+                        }
                         true
                     }
                 }
-            },
-        )?;
+            }
+        };
+        let (output, owned_mask) = match &mut self.backend {
+            Backend::Local(generator) => {
+                let mask_ref: Option<&mut dyn LogitsMask> = match &mut mask {
+                    CallMask::None => None,
+                    CallMask::Borrowed(mask) => Some(&mut **mask),
+                    CallMask::Owned(mask) => Some(mask.as_mut()),
+                };
+                let output = generator.generate_masked(
+                    &prompt_token_ids,
+                    &generate_options,
+                    mask_ref,
+                    &mut hook,
+                )?;
+                let owned = match mask {
+                    CallMask::Owned(mask) => Some(mask),
+                    _ => None,
+                };
+                (output, owned)
+            }
+            Backend::Engine { engine, .. } => {
+                let mut request = Request::new(prompt_token_ids.clone(), generate_options)
+                    .with_stop(Box::new(hook));
+                match mask {
+                    CallMask::None => {}
+                    CallMask::Owned(mask) => request = request.with_mask(mask),
+                    CallMask::Borrowed(_) => return Err(EngineError::BorrowedMask),
+                }
+                let done = engine.generate(request)?;
+                (done.result?, done.mask)
+            }
+        };
+        let stream_error = stream_error.lock().ok().and_then(|mut slot| slot.take());
         if let Some(err) = stream_error {
             return Err(err.into());
         }
-        let mut raw_text = self.tokenizer.decode(&output.tokens, true)?;
+        let tokenizer = &self.text.tokenizer;
+        let mut raw_text = tokenizer.decode(&output.tokens, true)?;
         if let StopMatch::Found { at, .. } = stops.check(&raw_text) {
             raw_text.truncate(at);
         }
@@ -310,7 +426,7 @@ impl ChatModel {
         if let StopReason::StopToken(id) = output.stop_reason {
             generated_token_ids.push(id);
         }
-        Ok(ChatOutput {
+        let output = ChatOutput {
             prompt,
             prompt_token_ids,
             generated_token_ids,
@@ -320,7 +436,8 @@ impl ChatModel {
             stats: output.stats,
             stop_reason: output.stop_reason,
             constrained: false,
-        })
+        };
+        Ok((output, owned_mask))
     }
 }
 

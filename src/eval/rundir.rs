@@ -9,10 +9,12 @@
 //! other unreadable line is an error, never silently dropped. Resuming under different options
 //! or a different model is refused: the records would mix two configurations.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 
@@ -311,6 +313,75 @@ impl RunDir {
             on_done(&record);
             self.append(record)?;
         }
+        write_summary(&self.path, &self.finished)
+    }
+
+    /// [`RunDir::run`] with one LLM per worker thread (e.g. handles to one batching engine):
+    /// unfinished queries go to whichever worker is free, in dataset order, and records are
+    /// appended in dataset order all the same (a record waits for the ones before it), so the
+    /// file equals a one-worker run's and resume works unchanged. An error stops handing out
+    /// queries; the records before it are kept.
+    pub fn run_concurrent<L: Llm + Send, S: SearchSpace + Sync + ?Sized>(
+        &mut self,
+        evaluator: &Evaluator<'_, S>,
+        llms: Vec<L>,
+        queries: &[EvalQuery],
+        mut on_done: impl FnMut(&QueryRecord),
+    ) -> Result<Summary, RunError> {
+        let done: BTreeSet<String> = self.finished.iter().map(|r| r.qid.clone()).collect();
+        let pending: Vec<&EvalQuery> = queries.iter().filter(|q| !done.contains(&q.qid)).collect();
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let (sender, results) = mpsc::channel::<(usize, Result<QueryRecord, EvalError>)>();
+        std::thread::scope(|scope| -> Result<(), RunError> {
+            for mut llm in llms {
+                let (sender, next, stop, pending) = (sender.clone(), &next, &stop, &pending);
+                scope.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(query) = pending.get(i) else {
+                            break;
+                        };
+                        if sender
+                            .send((i, evaluator.run_query(&mut llm, query)))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(sender);
+            let mut waiting: BTreeMap<usize, QueryRecord> = BTreeMap::new();
+            let mut expected = 0;
+            let mut first_error = None;
+            for (i, result) in results {
+                match result {
+                    Ok(record) => {
+                        waiting.insert(i, record);
+                    }
+                    Err(err) => {
+                        stop.store(true, Ordering::Relaxed);
+                        first_error.get_or_insert((i, err));
+                    }
+                }
+                while let Some(record) = waiting.remove(&expected) {
+                    if first_error.as_ref().is_some_and(|(at, _)| *at < expected) {
+                        break;
+                    }
+                    on_done(&record);
+                    if let Err(err) = self.append(record) {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(err);
+                    }
+                    expected += 1;
+                }
+            }
+            match first_error {
+                Some((_, err)) => Err(err.into()),
+                None => Ok(()),
+            }
+        })?;
         write_summary(&self.path, &self.finished)
     }
 }

@@ -22,8 +22,8 @@ use super::bert::{BertEncoder, BertError, Embeddings};
 use super::bm25::Hit;
 use super::llm_embed::{LlmEmbedError, LlmEncoder};
 
-/// What [`DenseIndex`] needs from an encoder.
-pub trait TextEncoder {
+/// What [`DenseIndex`] needs from an encoder (`Sync`: concurrent evaluation shares one).
+pub trait TextEncoder: Sync {
     /// Unit-length embeddings of documents, in input order.
     fn embed_documents(&self, texts: &[&str]) -> Result<Embeddings>;
     /// The unit-length embedding of a query (with the encoder's query instruction, if any).

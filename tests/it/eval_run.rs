@@ -807,3 +807,81 @@ fn shards_merged_equal_the_unsharded_run() {
         assert!(err.contains("K/N"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn concurrent_workers_write_the_records_of_a_one_worker_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = thirty_queries(tmp.path());
+    for method in [Method::Tableseek, Method::Bm25, Method::Oracle] {
+        let space = MemorySpace::new(TABLES);
+        let evaluator = Evaluator::new(method, &space, space.len(), options()).unwrap();
+        let one = tmp.path().join(format!("{method}-one"));
+        full_run(method, &one, &queries, &mut FakeLlm::default());
+        let four = tmp.path().join(format!("{method}-four"));
+        let mut run = RunDir::open(&four, &config(method), false).unwrap();
+        let workers = (0..4).map(|_| FakeLlm::default()).collect();
+        let mut order = Vec::new();
+        run.run_concurrent(&evaluator, workers, &queries, |r| order.push(r.qid.clone()))
+            .unwrap();
+        let expected: Vec<String> = queries.iter().map(|q| q.qid.clone()).collect();
+        assert_eq!(
+            order, expected,
+            "{method}: records reported in dataset order"
+        );
+        assert_eq!(
+            read(&four.join(QUERIES_FILE)),
+            read(&one.join(QUERIES_FILE))
+        );
+        assert_eq!(
+            read(&four.join(SUMMARY_FILE)),
+            read(&one.join(SUMMARY_FILE))
+        );
+    }
+}
+
+/// `eval --concurrency 4` runs the agent loops of the real model against one batching engine;
+/// its records equal the one-at-a-time run's, byte for byte (timings off).
+#[test]
+fn eval_concurrency_gives_the_records_of_a_sequential_run() {
+    let Some(model) = crate::common::existing(crate::common::smollm2_gguf()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    for (id, text) in TABLES {
+        let path = corpus.join(id);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let dataset = tmp.path().join("dataset.jsonl");
+    std::fs::write(&dataset, DATASET).unwrap();
+    let run = |concurrency: &str| {
+        let out = tmp.path().join(format!("run-{concurrency}"));
+        succeed(
+            tableseek()
+                .args([
+                    "eval",
+                    "--method",
+                    "tableseek",
+                    "--steps",
+                    "3",
+                    "--no-timings",
+                ])
+                .args(["--max-new-tokens", "48", "--concurrency", concurrency])
+                .args(["--kv-memory", "64MiB"])
+                .arg("--dataset")
+                .arg(&dataset)
+                .arg("--corpus")
+                .arg(&corpus)
+                .arg("--model")
+                .arg(&model)
+                .arg("--out")
+                .arg(&out),
+        );
+        read(&out.join(QUERIES_FILE))
+    };
+    let sequential = run("1");
+    assert_eq!(sequential.lines().count(), 6);
+    assert!(!sequential.contains("\"error\""), "{sequential}");
+    assert_eq!(run("4"), sequential);
+}

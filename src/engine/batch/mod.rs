@@ -31,7 +31,7 @@ use super::generate::{
 };
 use super::kv_cache::{self, KvCache};
 
-pub use handle::EngineHandle;
+pub use handle::{EngineHandle, EngineThread};
 
 /// Identifies a submitted request within one [`Batcher`].
 pub type SeqId = u64;
