@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use tableseek::engine::{DeviceMap, KvCache, LoadOptions, Model, ModelSpec};
+use tableseek::engine::{DeviceMap, KvCache, LoadOptions, Model, ModelSpec, QuantizedWeights};
 
 fn main() -> anyhow::Result<()> {
     tableseek::keep_freed_memory();
@@ -37,7 +37,13 @@ fn main() -> anyhow::Result<()> {
         .num_threads(threads)
         .build_global()?;
     let spec = ModelSpec::parse(path)?;
-    let model = Model::load_with(&spec, &DeviceMap::cpu(), &LoadOptions::default())?;
+    // As the CLI's `--weights auto` loads a small GGUF: our row-keeping kernels, whose rows
+    // share one pass over the weights.
+    let options = LoadOptions {
+        quantized: QuantizedWeights::DenseWithQ8Decode,
+        ..LoadOptions::default()
+    };
+    let model = Model::load_with(&spec, &DeviceMap::cpu(), &options)?;
     // Distinct prompts per sequence, so no two rows are the same computation.
     let prompt = |s: usize| -> Vec<u32> {
         (0..pp as u32)
