@@ -298,15 +298,20 @@ impl Trajectory {
         self.calls.push(call);
     }
 
-    /// Sets every timing to zero, the only field that differs between identical runs.
+    /// Sets every figure that depends on scheduling rather than on the inputs to zero: times, and
+    /// prompt tokens served from the prefix cache (which depend on what ran before or alongside:
+    /// queries that run at once cannot reuse each other's prefixes yet). The answers, tokens and
+    /// every other field are equal between runs of the same inputs, at any concurrency.
     pub fn zero_timings(&mut self) {
         for call in &mut self.calls {
             call.ms = 0.0;
+            call.cached_tokens = 0;
             if let Some(sql) = &mut call.sql {
                 sql.ms = 0.0;
             }
         }
         self.totals.ms = 0.0;
+        self.totals.cached_tokens = 0;
     }
 
     /// Did QA read this table at any call (R@all)?

@@ -130,7 +130,7 @@ pub struct AskArgs {
     /// Print the trajectory as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Zero the timings in the JSON so two runs compare byte for byte.
+    /// Zero the timings and prefix-cache hit counts in the JSON so two runs compare byte for byte.
     #[arg(long)]
     pub no_timings: bool,
     /// The question or claim.

@@ -61,7 +61,8 @@ pub struct EvalArgs {
     /// Continue the run in --out, skipping finished queries.
     #[arg(long)]
     pub resume: bool,
-    /// Record every time as 0, so two runs compare byte for byte.
+    /// Record every time, and the prompt tokens served from the prefix cache (they depend on
+    /// what ran before or alongside), as 0: two runs, at any --concurrency, compare byte for byte.
     #[arg(long)]
     pub no_timings: bool,
     /// Queries whose agent loops run at once against one batching engine (their decoding steps

@@ -394,6 +394,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             }
         } else {
             cost.ms = StageMs::default();
+            cost.cached_tokens = 0;
             if let Some(trajectory) = &mut record.trajectory {
                 trajectory.zero_timings();
             }

@@ -699,6 +699,17 @@ fn dense_and_rerank_methods() {
     }
 }
 
+/// [`TABLES`] as files in `dir/corpus`.
+fn write_corpus(dir: &Path) -> std::path::PathBuf {
+    let corpus = dir.join("corpus");
+    for (id, text) in TABLES {
+        let path = corpus.join(id);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    corpus
+}
+
 /// `--threads` must size the CPU pool before the corpus is read in parallel: it used to fail with
 /// "the global thread pool has already been initialized" on every eval run with the flag.
 #[test]
@@ -707,12 +718,7 @@ fn eval_with_a_thread_count_runs_the_real_model() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let corpus = tmp.path().join("corpus");
-    for (id, text) in TABLES {
-        let path = corpus.join(id);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
+    let corpus = write_corpus(tmp.path());
     let dataset = tmp.path().join("dataset.jsonl");
     std::fs::write(&dataset, DATASET.lines().next().unwrap()).unwrap();
     let out = tmp.path().join("run");
@@ -847,12 +853,7 @@ fn eval_concurrency_gives_the_records_of_a_sequential_run() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let corpus = tmp.path().join("corpus");
-    for (id, text) in TABLES {
-        let path = corpus.join(id);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
+    let corpus = write_corpus(tmp.path());
     let dataset = tmp.path().join("dataset.jsonl");
     std::fs::write(&dataset, DATASET).unwrap();
     let run = |concurrency: &str| {
