@@ -14,11 +14,11 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use super::config::{Architecture, Config};
-use super::cpu_q4::Q41Rows;
-use super::cpu_q4k::Q4KRows;
-use super::cpu_q5::Q50Rows;
-use super::cpu_q6k::Q6KRows;
-use super::cpu_q8::{self, Q8Rows};
+use super::cpu::q4::Q41Rows;
+use super::cpu::q4k::Q4KRows;
+use super::cpu::q5::Q50Rows;
+use super::cpu::q6k::Q6KRows;
+use super::cpu::q8::{self as cpu_q8, Q8Rows};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::model::{DecodeRows, Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};

@@ -28,21 +28,15 @@
 //! # }
 //! ```
 
+pub(crate) mod attention;
 pub mod batch;
 pub mod config;
-pub(crate) mod cpu_attention;
-pub(crate) mod cpu_kernels;
-pub(crate) mod cpu_matmul;
-pub(crate) mod cpu_q4;
-pub(crate) mod cpu_q4k;
-pub(crate) mod cpu_q5;
-pub(crate) mod cpu_q6k;
-pub(crate) mod cpu_q8;
-pub(crate) mod cpu_qk;
+pub(crate) mod cpu;
 pub mod device;
 pub mod error;
 pub mod generate;
 pub mod kv_cache;
+pub(crate) mod linear;
 pub mod load;
 pub mod model;
 pub mod prefix_cache;

@@ -8,19 +8,12 @@
 //! `prefix_cache`). Grouped-query attention folds the query heads of one KV head into the row
 //! dimension instead of repeating K and V, so the cache is read in place.
 
-use candle_core::quantized::QMatMul;
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use super::config::{Architecture, Config};
-use super::cpu_attention;
-use super::cpu_matmul::{self, StoredRows};
-use super::cpu_q4::Q41Rows;
-use super::cpu_q4k::Q4KRows;
-use super::cpu_q5::Q50Rows;
-use super::cpu_q6k::Q6KRows;
-use super::cpu_q8::Q8Rows;
 use super::error::{EngineError, Result};
 use super::kv_cache::KvCache;
+pub(crate) use super::linear::{DecodeRows, Linear};
 use super::rope::Rope;
 
 /// Default prefill chunk, in positions. It is also the prefix cache's reuse granularity, so it
@@ -28,205 +21,6 @@ use super::rope::Rope;
 /// more CPU time than 256 and 64 costs 15% more, while ten prompts sharing a 1,500-token prefix
 /// recompute 2,528 tokens at 128 against 3,679 at 256 (`examples/prefix_reuse.rs`).
 pub const DEFAULT_PREFILL_CHUNK: usize = 128;
-
-/// A projection: dense (safetensors, F16/F32 GGUF) or block-quantized (GGUF), optionally with
-/// a quantized copy for our CPU kernels or, where they do not run, a second copy used when a
-/// single row is multiplied (decoding), where memory bandwidth rather than arithmetic sets the
-/// speed.
-#[derive(Debug, Clone)]
-pub(crate) struct Linear {
-    inner: QMatMul,
-    single_row: Option<QMatMul>,
-    /// Weights for our AVX-512 VNNI kernels, used for every product on the CPU in f32 (`inner`
-    /// then only serves [`Linear::rows`] and inputs the kernels cannot take).
-    decode_rows: Option<DecodeRows>,
-    /// `[out]`, added to every output row (Qwen2's q, k and v).
-    bias: Option<Tensor>,
-}
-
-/// Weights for our AVX-512 VNNI kernels (`cpu_matmul`): decoding and prefill alike, so that a
-/// position gets the same arithmetic whichever way it is computed.
-#[derive(Debug, Clone)]
-pub(crate) enum DecodeRows {
-    /// Q8_0, as stored or re-quantized from dense weights (`cpu_q8`).
-    Q8(Q8Rows),
-    /// Q4_1 as stored (`cpu_q4`).
-    Q41(Q41Rows),
-    /// Q5_0 as stored (`cpu_q5`).
-    Q50(Q50Rows),
-    /// Q4_K as stored (`cpu_q4k`).
-    Q4K(Q4KRows),
-    /// Q6_K as stored (`cpu_q6k`).
-    Q6K(Q6KRows),
-}
-
-impl DecodeRows {
-    fn shape(&self) -> (usize, usize) {
-        match self {
-            Self::Q8(q) => q.shape(),
-            Self::Q41(q) => q.shape(),
-            Self::Q50(q) => q.shape(),
-            Self::Q4K(q) => q.shape(),
-            Self::Q6K(q) => q.shape(),
-        }
-    }
-
-    /// `x · Wᵀ` for `rows` activation rows (row-major), `[rows, out]`; `None` when the CPU lacks
-    /// AVX-512 VNNI or `x` has the wrong length. Each output row depends on its input row only,
-    /// bit for bit.
-    pub(crate) fn matmul(&self, x: &[f32], rows: usize) -> Option<Vec<f32>> {
-        match self {
-            Self::Q8(q) => cpu_matmul::matmul(q, x, rows),
-            Self::Q41(q) => cpu_matmul::matmul(q, x, rows),
-            Self::Q50(q) => cpu_matmul::matmul(q, x, rows),
-            Self::Q4K(q) => cpu_matmul::matmul(q, x, rows),
-            Self::Q6K(q) => cpu_matmul::matmul(q, x, rows),
-        }
-    }
-}
-
-impl Linear {
-    pub(crate) fn new(inner: QMatMul) -> Self {
-        Self {
-            inner,
-            single_row: None,
-            decode_rows: None,
-            bias: None,
-        }
-    }
-
-    pub(crate) fn with_single_row(inner: QMatMul, single_row: QMatMul) -> Self {
-        Self {
-            inner,
-            single_row: Some(single_row),
-            decode_rows: None,
-            bias: None,
-        }
-    }
-
-    pub(crate) fn with_decode_rows(inner: QMatMul, decode_rows: DecodeRows) -> Self {
-        Self {
-            inner,
-            single_row: None,
-            decode_rows: Some(decode_rows),
-            bias: None,
-        }
-    }
-
-    /// Adds `bias` (`[out]`, in the activation dtype) to every output.
-    pub(crate) fn with_bias(mut self, bias: Tensor) -> Self {
-        self.bias = Some(bias);
-        self
-    }
-
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.forward_unbiased(x)?;
-        match &self.bias {
-            Some(bias) => Ok(y.broadcast_add(bias)?),
-            None => Ok(y),
-        }
-    }
-
-    /// `forward` for a stack of rows `[n, ..., in]` from different sequences, each row's output
-    /// bitwise what it is when the row is multiplied alone: our CPU kernels keep rows apart, so
-    /// the rows share one pass over the weights; any other kernel (candle's gemm and quantized
-    /// matmuls pick blocking by row count) multiplies them one by one.
-    pub(crate) fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
-        if self.keeps_rows_apart(x)? {
-            return self.forward(x);
-        }
-        let rows = (0..x.dim(0)?)
-            .map(|i| self.forward(&x.narrow(0, i, 1)?))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::cat(&rows, 0)?)
-    }
-
-    fn keeps_rows_apart(&self, x: &Tensor) -> Result<bool> {
-        Ok(match &self.decode_rows {
-            Some(decode) => {
-                x.device().is_cpu()
-                    && x.dtype() == DType::F32
-                    && decode.shape().1 == x.dim(candle_core::D::Minus1)?
-                    && super::cpu_q8::supported()
-            }
-            None => false,
-        })
-    }
-
-    fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
-        let cols = x.dim(candle_core::D::Minus1)?;
-        let rows = x.elem_count() / cols.max(1);
-        if let (Some(decode), true, DType::F32) =
-            (&self.decode_rows, x.device().is_cpu(), x.dtype())
-        {
-            let (out_features, in_features) = decode.shape();
-            if in_features == cols {
-                let x = x.contiguous()?;
-                let (storage, layout) = x.storage_and_layout();
-                let values = match (&*storage, layout.contiguous_offsets()) {
-                    (candle_core::Storage::Cpu(cpu), Some((start, end))) => {
-                        &cpu.as_slice::<f32>()?[start..end]
-                    }
-                    _ => &[][..],
-                };
-                if let Some(out) = decode.matmul(values, rows) {
-                    let mut dims = x.dims().to_vec();
-                    if let Some(last) = dims.last_mut() {
-                        *last = out_features;
-                    }
-                    return Ok(Tensor::from_vec(out, dims, x.device())?);
-                }
-            }
-        }
-        let mm = match &self.single_row {
-            Some(q) if rows == 1 => q,
-            _ => &self.inner,
-        };
-        // Quantized kernels take f32 activations; bf16 activations (CUDA) are widened around them.
-        if matches!(mm, QMatMul::QTensor(_)) && x.dtype() != DType::F32 {
-            let dtype = x.dtype();
-            return Ok(mm.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)?);
-        }
-        Ok(mm.forward(x)?)
-    }
-
-    /// Rows `ids` of the weight matrix `[out, in]` as dense f32 `[ids.len(), in]`: for a head
-    /// that needs a few logits only (a reranker's yes/no), without projecting the whole vocabulary.
-    /// Quantized weights are dequantized row by row from their blocks, never as a whole matrix.
-    fn rows(&self, ids: &[u32]) -> Result<Tensor> {
-        match &self.inner {
-            QMatMul::Tensor(w) | QMatMul::TensorF16(w) => {
-                let index = Tensor::new(ids, w.device())?;
-                Ok(w.index_select(&index, 0)?.to_dtype(DType::F32)?)
-            }
-            QMatMul::QTensor(q) => {
-                let (out, inner) = q.shape().dims2()?;
-                let dtype = q.dtype();
-                let row_bytes = inner / dtype.block_size() * dtype.type_size();
-                let data = q.data()?;
-                let mut picked = Vec::with_capacity(ids.len() * row_bytes);
-                for &id in ids {
-                    let id = id as usize;
-                    if id >= out {
-                        return Err(EngineError::TokenOutOfRange {
-                            id: id as u32,
-                            vocab_size: out,
-                        });
-                    }
-                    picked.extend_from_slice(&data[id * row_bytes..(id + 1) * row_bytes]);
-                }
-                let device = q.device();
-                let rows = candle_core::quantized::ggml_file::qtensor_from_ggml(
-                    dtype,
-                    &picked,
-                    vec![ids.len(), inner],
-                    &device,
-                )?;
-                Ok(rows.dequantize(&device)?)
-            }
-        }
-    }
-}
 
 /// One decoder block's weights, all on `device`.
 #[derive(Debug, Clone)]
@@ -264,13 +58,13 @@ pub struct Model {
 /// Per-device inputs shared by the layers of one chunk.
 pub(crate) struct ChunkInputs {
     device: Device,
-    cos: Tensor,
-    sin: Tensor,
+    pub(crate) cos: Tensor,
+    pub(crate) sin: Tensor,
     /// The chunk's first position and length.
     pos: usize,
     t: usize,
     /// Left padding per sequence (empty when none).
-    pads: Vec<usize>,
+    pub(crate) pads: Vec<usize>,
     /// The additive mask for candle's attention ops, built the first time a layer needs it: the
     /// CPU kernel masks by position and never does (for a 6k-token prompt the mask is 768k
     /// values per chunk).
@@ -278,7 +72,7 @@ pub(crate) struct ChunkInputs {
 }
 
 impl ChunkInputs {
-    fn mask(&self) -> Result<Option<&Tensor>> {
+    pub(crate) fn mask(&self) -> Result<Option<&Tensor>> {
         if let Some(mask) = self.mask.get() {
             return Ok(mask.as_ref());
         }
@@ -617,67 +411,6 @@ impl Model {
         let attn = self.attend(l, idx, q, k, v, inp, cache)?;
         let x = (x + l.o.forward(&attn)?)?;
         self.feed_forward(l, &x, |linear, h| linear.forward(h))
-    }
-
-    /// Attention of projected `q`, `k`, `v` (`[b, t, heads, head_dim]`): per-head norms, rotary
-    /// embedding, the cache append and the attention itself; `[b, t, heads · head_dim]`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attend(
-        &self,
-        l: &Layer,
-        idx: usize,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        inp: &ChunkInputs,
-        cache: &mut KvCache,
-    ) -> Result<Tensor> {
-        let cfg = &self.cfg;
-        let eps = cfg.rms_norm_eps as f32;
-        let (b, t, n_head, hd) = q.dims4()?;
-        let n_kv = cfg.num_key_value_heads;
-        let (q, k) = match (&l.q_norm, &l.k_norm) {
-            (Some(qn), Some(kn)) => (
-                candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?,
-                candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?,
-            ),
-            _ => (q, k),
-        };
-        let q = self
-            .rope
-            .apply(&q.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
-        let k = self
-            .rope
-            .apply(&k.transpose(1, 2)?.contiguous()?, &inp.cos, &inp.sin)?;
-        let v = v.transpose(1, 2)?.contiguous()?;
-        let (k_all, v_all) = cache.append(idx, &k, &v)?;
-        let len = k_all.dim(2)?;
-        let groups = n_head / n_kv;
-        // Query head h uses KV head h / groups: heads of one group become extra rows.
-        let q = q.reshape((b, n_kv, groups * t, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        Ok(
-            match cpu_attention::attention(&q, &k_all, &v_all, t, &inp.pads, scale as f32)? {
-                Some(attn) => attn,
-                None => {
-                    // Scale, mask and softmax in f32 even for bf16 activations: bf16 scores lose
-                    // ~0.4% per logit, which the exponential turns into visible attention errors.
-                    let mut scores = (q.matmul(&k_all.t()?)?.to_dtype(DType::F32)? * scale)?;
-                    if let Some(mask) = inp.mask()? {
-                        scores = scores
-                            .reshape((b, n_kv, groups, t, len))?
-                            .broadcast_add(mask)?
-                            .reshape((b, n_kv, groups * t, len))?;
-                    }
-                    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(self.dtype)?;
-                    probs
-                        .matmul(&v_all)?
-                        .reshape((b, n_head, t, hd))?
-                        .transpose(1, 2)?
-                        .reshape((b, t, n_head * hd))?
-                }
-            },
-        )
     }
 
     /// The residual MLP block after attention; `project` runs each projection (batched decoding

@@ -16,14 +16,14 @@
 //! - GELU uses a rational erf approximation (Eigen's and XLA's for f32, a few ulp), layer norm
 //!   runs in place.
 //!
-//! The vectorized pieces live in `engine::cpu_kernels`, shared with the decoder's attention.
+//! The vectorized pieces live in `engine::cpu::kernels`, shared with the decoder's attention.
 
 use candle_nn::VarBuilder;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::bert::{BertConfig, Result};
-use crate::engine::cpu_kernels::{
+use crate::engine::cpu::kernels::{
     gelu_erf_in_place, layer_norm_rows_in_place, matmul, softmax_rows_in_place, View,
 };
 

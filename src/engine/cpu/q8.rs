@@ -1,5 +1,5 @@
 //! Products with Q8_0 weights (as stored in GGUF, or re-quantized from dense ones) with AVX-512
-//! VNNI (layout and driver in `cpu_matmul`), and the 8-bit activation quantization the 32-value
+//! VNNI (layout and driver in `cpu::matmul`), and the 8-bit activation quantization the 32-value
 //! block types share.
 //!
 //! Why our own: candle's Q8_0 kernel is AVX2 only and converts each block's f16 scale on every
@@ -9,7 +9,7 @@
 //! signed bytes, so the weights are stored as `w + 128` and each activation block starts its sums
 //! at `-128 ·` its sum: every lane still ends with the exact `Σ w · x`.
 
-use super::cpu_matmul::{
+use super::matmul::{
     f16x16, interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES,
 };
 
@@ -33,7 +33,7 @@ pub(crate) struct Q8Rows {
     d: Vec<u16>,
 }
 
-/// Whether this CPU runs the VNNI kernels (here and in `cpu_q4`).
+/// Whether this CPU runs the VNNI kernels (here and in `cpu::q4`).
 pub(crate) fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -289,7 +289,7 @@ unsafe fn tile<const N: usize>(
             }
         }
     }
-    super::cpu_matmul::reduce(acc)
+    super::matmul::reduce(acc)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -305,7 +305,7 @@ unsafe fn tile<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cpu_matmul::tests::independent_rows;
+    use crate::engine::cpu::matmul::tests::independent_rows;
 
     /// The reference Q8_0 quantization of a row: per block the f16-rounded scale and the values.
     fn reference(xs: &[f32]) -> (Vec<f64>, Vec<i8>) {

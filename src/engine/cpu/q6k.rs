@@ -1,5 +1,5 @@
 //! Products with Q6_K weights as stored in GGUF, with AVX-512 VNNI (layout and driver in
-//! `cpu_matmul`).
+//! `cpu::matmul`).
 //!
 //! Why our own: candle has no AVX-512 VNNI kernel for the k-quants, so `dense-q8` decoded these
 //! tensors through a Q8_0 copy of the dequantized weights (8.5 bits per weight streamed per token
@@ -13,8 +13,8 @@
 //! value `4p + i` of sub-block `j` (low nibble) and of value `8 + 4p + i` (high nibble); byte
 //! `4j + i` of the top-bit vector holds at bits `2k..2k + 2` the top bits of value `4k + i`.
 
-use super::cpu_matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES};
-use super::cpu_qk::{quantize_row_q8k, QK_K};
+use super::matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES};
+use super::qk::{quantize_row_q8k, QK_K};
 
 /// Bytes of one GGUF `block_q6_K`: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8
 /// scales, f16 `d`.
@@ -222,7 +222,7 @@ unsafe fn tile<const N: usize>(
             }
         }
     }
-    super::cpu_matmul::reduce(acc)
+    super::matmul::reduce(acc)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -238,8 +238,8 @@ unsafe fn tile<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cpu_matmul::{matmul, tests::independent_rows};
-    use crate::engine::cpu_qk::tests::{
+    use crate::engine::cpu::matmul::{matmul, tests::independent_rows};
+    use crate::engine::cpu::qk::tests::{
         activations, check_rows, f16_at, f16_bytes, ggml_quantize_q8k, q8k_steps, Q8K,
     };
     use rand::{Rng, SeedableRng};

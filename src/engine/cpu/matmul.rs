@@ -1,6 +1,6 @@
 //! Products of activation rows with weights as stored in GGUF blocks (Q8_0, Q4_1, Q5_0, Q4_K,
 //! Q6_K) on CPUs with AVX-512 VNNI: the layout, activation storage and tiled driver that the
-//! per-type kernels (`cpu_q8`, `cpu_q4`, `cpu_q5`, `cpu_q4k`, `cpu_q6k`) share. Decoding (one
+//! per-type kernels (`cpu::q8`, `cpu::q4`, `cpu::q5`, `cpu::q4k`, `cpu::q6k`) share. Decoding (one
 //! row) and prefill (many rows) run the same kernels.
 //!
 //! Why: prefill used to multiply by dense f32 copies of the weights, and that GEMM sat at the FMA
@@ -26,7 +26,7 @@
 //! share the call, and equal to the one-row product. The prefix cache relies on it: a position
 //! must give the same bits however the prompt was chunked.
 
-use super::cpu_kernels::parallel_ranges;
+use super::kernels::parallel_ranges;
 
 /// Blocks (lanes) per unit: one 512-bit vector of 32-bit sums.
 pub(crate) const LANES: usize = 16;
@@ -371,7 +371,7 @@ pub(crate) trait StoredRows: Sync {
     /// `first..first + N`: `[activation row][weight row]`.
     ///
     /// # Safety
-    /// The CPU must have the features [`supported`](super::cpu_q8::supported) checks; both rows
+    /// The CPU must have the features [`supported`](super::q8::supported) checks; both rows
     /// are below the matrix's rows, and `x` came from [`StoredRows::quantize`] of this matrix
     /// with more than `first + N - 1` rows.
     unsafe fn tile<const N: usize>(
@@ -386,7 +386,7 @@ pub(crate) trait StoredRows: Sync {
 /// row-major, or `None` when the CPU lacks AVX-512 VNNI or `x` has the wrong length.
 pub(crate) fn matmul<W: StoredRows>(w: &W, x: &[f32], rows: usize) -> Option<Vec<f32>> {
     let (out_rows, cols) = w.shape();
-    if !super::cpu_q8::supported() || rows == 0 || x.len() != rows.checked_mul(cols)? {
+    if !super::q8::supported() || rows == 0 || x.len() != rows.checked_mul(cols)? {
         return None;
     }
     let activations = w.quantize(x, rows);
@@ -394,7 +394,7 @@ pub(crate) fn matmul<W: StoredRows>(w: &W, x: &[f32], rows: usize) -> Option<Vec
     // a 128-row chunk through one of Qwen2.5-0.5B's 4864-row projections).
     let len = rows * out_rows;
     let mut out: Vec<f32> = Vec::with_capacity(len);
-    let shared = super::cpu_kernels::SharedOut(out.as_mut_ptr());
+    let shared = super::kernels::SharedOut(out.as_mut_ptr());
     parallel_ranges(out_rows.div_ceil(2), |pairs| {
         let mut block = pairs.start;
         while block < pairs.end {
@@ -536,7 +536,7 @@ pub(crate) mod tests {
     #[test]
     fn reduce_adds_as_mm512_reduce_add_ps_does() {
         #[cfg(target_arch = "x86_64")]
-        if crate::engine::cpu_q8::supported() {
+        if crate::engine::cpu::q8::supported() {
             use std::arch::x86_64::*;
             // Values whose sum depends on the order of the additions.
             let value =
@@ -708,7 +708,7 @@ mod bench {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
         for (rows, cols) in [(4864, 896), (896, 4864), (896, 896)] {
             let b = random_blocks(rows * cols / 32, 22, &[0], &mut rng);
-            let w = super::super::cpu_q5::Q50Rows::from_gguf_blocks(&b, rows, cols).unwrap();
+            let w = super::super::q5::Q50Rows::from_gguf_blocks(&b, rows, cols).unwrap();
             report("q5_0", &w, &dense(&b, GgmlDType::Q5_0, rows, cols));
         }
     }
@@ -754,29 +754,29 @@ mod tile_bench {
             for blk in b.chunks_exact_mut(22) {
                 blk[..2].copy_from_slice(&half::f16::from_f32(0.001).to_le_bytes());
             }
-            let w = super::super::cpu_q5::Q50Rows::from_gguf_blocks(&b, rows, cols).unwrap();
+            let w = super::super::q5::Q50Rows::from_gguf_blocks(&b, rows, cols).unwrap();
             run("q5_0", &w, cols, &mut rng);
             let v: Vec<f32> = (0..rows * cols)
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
-            let w = super::super::cpu_q8::Q8Rows::quantize(&v, rows, cols).unwrap();
+            let w = super::super::q8::Q8Rows::quantize(&v, rows, cols).unwrap();
             run("q8_0", &w, cols, &mut rng);
             let h = half::f16::from_f32(0.001).to_le_bytes();
             let mut b: Vec<u8> = (0..rows * cols / 32 * 20).map(|_| rng.random()).collect();
             b.chunks_exact_mut(20)
                 .for_each(|b| b[..4].copy_from_slice(&[h, h].concat()));
-            let w = super::super::cpu_q4::Q41Rows::from_gguf_blocks(&b, rows, cols).unwrap();
+            let w = super::super::q4::Q41Rows::from_gguf_blocks(&b, rows, cols).unwrap();
             run("q4_1", &w, cols, &mut rng);
             if cols % 256 == 0 {
                 let mut b: Vec<u8> = (0..rows * cols / 256 * 144).map(|_| rng.random()).collect();
                 b.chunks_exact_mut(144)
                     .for_each(|b| b[..4].copy_from_slice(&[h, h].concat()));
-                let w = super::super::cpu_q4k::Q4KRows::from_gguf_blocks(&b, rows, cols).unwrap();
+                let w = super::super::q4k::Q4KRows::from_gguf_blocks(&b, rows, cols).unwrap();
                 run("q4_k", &w, cols, &mut rng);
                 let mut b: Vec<u8> = (0..rows * cols / 256 * 210).map(|_| rng.random()).collect();
                 b.chunks_exact_mut(210)
                     .for_each(|b| b[208..].copy_from_slice(&h));
-                let w = super::super::cpu_q6k::Q6KRows::from_gguf_blocks(&b, rows, cols).unwrap();
+                let w = super::super::q6k::Q6KRows::from_gguf_blocks(&b, rows, cols).unwrap();
                 run("q6_k", &w, cols, &mut rng);
             }
         }

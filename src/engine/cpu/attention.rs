@@ -12,8 +12,8 @@
 use candle_core::{DType, Device, Layout, Storage, StorageRef, Tensor};
 use gemm::Parallelism;
 
-use super::cpu_kernels::{causal_softmax_rows_in_place, matmul, parallel_ranges, SharedOut, View};
-use super::error::Result;
+use super::kernels::{causal_softmax_rows_in_place, matmul, parallel_ranges, SharedOut, View};
+use crate::engine::error::Result;
 
 thread_local! {
     /// Scores and context rows reused across heads and calls: fresh buffers would be allocated

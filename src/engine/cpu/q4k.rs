@@ -1,5 +1,5 @@
 //! Products with Q4_K weights as stored in GGUF, with AVX-512 VNNI (layout and driver in
-//! `cpu_matmul`).
+//! `cpu::matmul`).
 //!
 //! Why our own: candle has no AVX-512 VNNI kernel for the k-quants, so `dense-q8` decoded these
 //! tensors through a Q8_0 copy of the dequantized weights (8.5 bits per weight streamed per token
@@ -13,8 +13,8 @@
 //! (low nibble) and value `16 + 4p + i` (high nibble); the 6-bit scales and mins of a unit
 //! become 16 bytes of low nibbles and 64 bits of top bits, as many bytes as the file's.
 
-use super::cpu_matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units};
-use super::cpu_qk::{quantize_row_q8k, QK_K};
+use super::matmul::{interleave, Activations, AlignedBytes, RowMut, StoredRows, Units};
+use super::qk::{quantize_row_q8k, QK_K};
 
 /// Bytes of one GGUF `block_q4_K`: f16 `d`, f16 `dmin`, 12 bytes of packed 6-bit scales and
 /// mins, 128 bytes of nibbles.
@@ -256,7 +256,7 @@ unsafe fn tile<const N: usize>(
             }
         }
     }
-    super::cpu_matmul::reduce(acc)
+    super::matmul::reduce(acc)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -272,8 +272,8 @@ unsafe fn tile<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cpu_matmul::{matmul, tests::independent_rows};
-    use crate::engine::cpu_qk::tests::{
+    use crate::engine::cpu::matmul::{matmul, tests::independent_rows};
+    use crate::engine::cpu::qk::tests::{
         activations, check_rows, f16_at, f16_bytes, ggml_quantize_q8k, q8k_steps, Q8K,
     };
     use rand::{Rng, SeedableRng};

@@ -1,6 +1,6 @@
 //! Activations quantized to Q8_K as llama.cpp's `quantize_row_q8_K` does (per 256 values an f32
 //! scale, int8 values and per-16 sums): the pairing ggml uses for its k-quant weights, shared by
-//! the Q4_K (`cpu_q4k`) and Q6_K (`cpu_q6k`) kernels; vectorized where those kernels run.
+//! the Q4_K (`cpu::q4k`) and Q6_K (`cpu::q6k`) kernels; vectorized where those kernels run.
 
 /// Values per k-quant super-block (ggml's `QK_K`).
 pub(crate) const QK_K: usize = 256;
@@ -48,7 +48,7 @@ pub(crate) fn quantize_row_q8k(x: &[f32], quants: &mut [i8], d: &mut [f32], bsum
         .enumerate()
     {
         #[cfg(target_arch = "x86_64")]
-        if super::cpu_q8::supported() {
+        if super::q8::supported() {
             // SAFETY: `supported()` checked the features; the chunks hold one super-block.
             if let Some(scale) = unsafe { quantize_block_q8k_avx512(xs, qs, sums) } {
                 d[b] = scale;
@@ -63,7 +63,7 @@ pub(crate) fn quantize_row_q8k(x: &[f32], quants: &mut [i8], d: &mut [f32], bsum
 /// (NaNs), left to the scalar code.
 ///
 /// # Safety
-/// The CPU must have the features [`supported`](super::cpu_q8::supported) checks; `xs` and `quants`
+/// The CPU must have the features [`supported`](super::q8::supported) checks; `xs` and `quants`
 /// hold [`QK_K`] values, `bsums` 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]

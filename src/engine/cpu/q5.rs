@@ -1,5 +1,5 @@
 //! Products with Q5_0 weights as stored in GGUF, with AVX-512 VNNI (layout and driver in
-//! `cpu_matmul`).
+//! `cpu::matmul`).
 //!
 //! Why our own: candle has no AVX-512 VNNI kernel for Q5_0 (which Q4_K_M files use for tensors
 //! whose rows are not whole 256-value super-blocks, e.g. Qwen2.5-0.5B's 896 columns). This file
@@ -11,8 +11,8 @@
 //! as GGUF's byte `4p + i` of the block does; the fifth bits become one 64-bit mask per kernel
 //! vector, added with a masked move. Memory stays 5.5 bits per weight.
 
-use super::cpu_matmul::{f16x16, Activations, AlignedBytes, StoredRows, Units, LANES};
-use super::cpu_q8::{fill_q8_0, BLOCK};
+use super::matmul::{f16x16, Activations, AlignedBytes, StoredRows, Units, LANES};
+use super::q8::{fill_q8_0, BLOCK};
 
 /// Bytes of one GGUF `block_q5_0`: f16 `d`, the 32 fifth bits (`qh`, little-endian u32), 16
 /// bytes of nibbles (byte `j`: value `j` low, value `j + 16` high).
@@ -179,7 +179,7 @@ unsafe fn tile<const N: usize>(
             }
         }
     }
-    super::cpu_matmul::reduce(acc)
+    super::matmul::reduce(acc)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -195,9 +195,9 @@ unsafe fn tile<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cpu_matmul::{matmul, tests::independent_rows};
-    use crate::engine::cpu_q8::quantize_block_q8;
-    use crate::engine::cpu_qk::tests::{activations, check_rows, f16_bytes};
+    use crate::engine::cpu::matmul::{matmul, tests::independent_rows};
+    use crate::engine::cpu::q8::quantize_block_q8;
+    use crate::engine::cpu::qk::tests::{activations, check_rows, f16_bytes};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

@@ -1,5 +1,5 @@
 //! Products with Q4_1 weights as stored in GGUF, with AVX-512 VNNI (layout and driver in
-//! `cpu_matmul`).
+//! `cpu::matmul`).
 //!
 //! Why our own: candle has no SIMD kernel for Q4_1, so `dense-q8` decoded through a Q8_0 copy of
 //! the weights (8.5 bits per weight), while llama.cpp reads the 5-bit blocks as stored. Decoding
@@ -12,10 +12,10 @@
 //! unit holds value `4p + i` of block `j` (low nibble) and value `16 + 4p + i` (high nibble),
 //! as GGUF's byte `4p + i` of the block does.
 
-use super::cpu_matmul::{
+use super::matmul::{
     f16x16, interleave, Activations, AlignedBytes, RowMut, StoredRows, Units, LANES,
 };
-use super::cpu_q8::{quantize_row_q8, BLOCK};
+use super::q8::{quantize_row_q8, BLOCK};
 
 /// Bytes of one GGUF `block_q4_1`: f16 `d`, f16 `m`, 16 bytes of nibbles.
 const GGUF_BLOCK_BYTES: usize = 20;
@@ -174,7 +174,7 @@ unsafe fn tile<const N: usize>(
             }
         }
     }
-    super::cpu_matmul::reduce(acc)
+    super::matmul::reduce(acc)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -190,8 +190,8 @@ unsafe fn tile<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cpu_matmul::tests::independent_rows;
-    use crate::engine::cpu_q8::quantize_block_q8;
+    use crate::engine::cpu::matmul::tests::independent_rows;
+    use crate::engine::cpu::q8::quantize_block_q8;
 
     /// GGUF Q4_1 blocks with varied scales, minimums and nibbles.
     fn gguf_blocks(rows: usize, cols: usize) -> Vec<u8> {
