@@ -149,6 +149,44 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// One greedy step after the logits of the last position, with every stop rule in its order:
+/// `Ok(next)` appends `next` to `tokens` and asks for its forward pass; `Err` ends the call.
+/// `context_full`: the cache already holds the whole window. Shared by [`Generator`] and the
+/// batching engine, so a sequence stops at the same token alone or batched.
+pub(crate) fn next_token<'m>(
+    tokens: &mut Vec<u32>,
+    mut logits: Vec<f32>,
+    opts: &GenerateOptions,
+    mask: Option<&mut (dyn LogitsMask + 'm)>,
+    stop: &mut dyn FnMut(&[u32]) -> bool,
+    context_full: bool,
+) -> std::result::Result<u32, StopReason> {
+    if tokens.len() >= opts.max_new_tokens {
+        return Err(StopReason::MaxNewTokens);
+    }
+    if let Some(mask) = mask {
+        mask.apply(tokens, &mut logits);
+    }
+    let next = argmax(&logits);
+    if opts.stop_token_ids.contains(&next) {
+        return Err(StopReason::StopToken(next));
+    }
+    tokens.push(next);
+    if stop(tokens) {
+        return Err(StopReason::Hook);
+    }
+    if let Some(period) = opts.loop_guard.and_then(|guard| guard.period(tokens)) {
+        return Err(StopReason::Loop { period });
+    }
+    if tokens.len() >= opts.max_new_tokens {
+        return Err(StopReason::MaxNewTokens);
+    }
+    if context_full {
+        return Err(StopReason::ContextFull);
+    }
+    Ok(next)
+}
+
 /// A model plus the prefix cache shared by its calls.
 pub struct Generator {
     model: Model,
@@ -238,31 +276,19 @@ impl Generator {
         let decode_start = Instant::now();
         let mut tokens = Vec::new();
         let stop_reason = loop {
-            if tokens.len() >= opts.max_new_tokens {
-                break StopReason::MaxNewTokens;
+            let values: Vec<f32> = logits.to_vec1()?;
+            let step = next_token(
+                &mut tokens,
+                values,
+                opts,
+                mask.as_deref_mut(),
+                &mut stop,
+                cache.len() >= ctx,
+            );
+            match step {
+                Ok(next) => logits = self.model.forward(&[next], &mut cache)?,
+                Err(reason) => break reason,
             }
-            let mut values: Vec<f32> = logits.to_vec1()?;
-            if let Some(m) = mask.as_mut() {
-                m.apply(&tokens, &mut values);
-            }
-            let next = argmax(&values);
-            if opts.stop_token_ids.contains(&next) {
-                break StopReason::StopToken(next);
-            }
-            tokens.push(next);
-            if stop(&tokens) {
-                break StopReason::Hook;
-            }
-            if let Some(period) = opts.loop_guard.and_then(|guard| guard.period(&tokens)) {
-                break StopReason::Loop { period };
-            }
-            if tokens.len() >= opts.max_new_tokens {
-                break StopReason::MaxNewTokens;
-            }
-            if cache.len() >= ctx {
-                break StopReason::ContextFull;
-            }
-            logits = self.model.forward(&[next], &mut cache)?;
         };
         let stats = CallStats {
             prompt_tokens: prompt.len(),

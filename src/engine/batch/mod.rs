@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use super::error::{EngineError, Result};
 use super::generate::{
-    argmax, CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason,
+    next_token, CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, StopReason,
 };
 use super::kv_cache::{self, KvCache};
 
@@ -125,37 +125,27 @@ impl Sequence {
         self.cache.len() < self.prompt.len()
     }
 
-    /// Greedy choice from the logits of the last position, with the stop rules of
-    /// [`Generator::generate_masked`] in its order; `Some` when the sequence is done.
-    fn sample(&mut self, mut logits: Vec<f32>, context_len: usize) -> Option<StopReason> {
-        let opts = &self.request.options;
-        if self.tokens.len() >= opts.max_new_tokens {
-            return Some(StopReason::MaxNewTokens);
-        }
-        if let Some(mask) = self.request.mask.as_mut() {
-            mask.apply(&self.tokens, &mut logits);
-        }
-        let next = argmax(&logits);
-        if opts.stop_token_ids.contains(&next) {
-            return Some(StopReason::StopToken(next));
-        }
-        self.tokens.push(next);
-        if let Some(stop) = self.request.stop.as_mut() {
-            if stop(&self.tokens) {
-                return Some(StopReason::Hook);
+    /// The next token by the rules of [`Generator::generate_masked`] (the same function);
+    /// `Some` when the sequence is done.
+    fn sample(&mut self, logits: Vec<f32>, context_len: usize) -> Option<StopReason> {
+        let request = &mut self.request;
+        let mask = request
+            .mask
+            .as_deref_mut()
+            .map(|m| m as &mut dyn LogitsMask);
+        let mut no_hook = |_: &[u32]| false;
+        let stop: &mut dyn FnMut(&[u32]) -> bool = match request.stop.as_mut() {
+            Some(hook) => hook.as_mut(),
+            None => &mut no_hook,
+        };
+        let full = self.cache.len() >= context_len;
+        match next_token(&mut self.tokens, logits, &request.options, mask, stop, full) {
+            Ok(next) => {
+                self.pending = Some(next);
+                None
             }
+            Err(reason) => Some(reason),
         }
-        if let Some(period) = opts.loop_guard.and_then(|g| g.period(&self.tokens)) {
-            return Some(StopReason::Loop { period });
-        }
-        if self.tokens.len() >= opts.max_new_tokens {
-            return Some(StopReason::MaxNewTokens);
-        }
-        if self.cache.len() >= context_len {
-            return Some(StopReason::ContextFull);
-        }
-        self.pending = Some(next);
-        None
     }
 
     fn finish(self, result: Result<StopReason>) -> Completion {
