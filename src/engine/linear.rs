@@ -13,6 +13,10 @@ use super::cpu::q6k::Q6KRows;
 use super::cpu::q8::Q8Rows;
 use super::error::{EngineError, Result};
 
+/// Rows of every small dense product on CUDA ([`Linear::forward`]): the most decoding rows that
+/// share one gemm, and the shape a single decoding row is computed at, alone or batched.
+pub(crate) const CUDA_ROW_BUCKET: usize = 32;
+
 /// A projection: dense (safetensors, F16/F32 GGUF) or block-quantized (GGUF), optionally with
 /// a quantized copy for our CPU kernels or, where they do not run, a second copy used when a
 /// single row is multiplied (decoding), where memory bandwidth rather than arithmetic sets the
@@ -112,17 +116,29 @@ impl Linear {
     }
 
     /// `forward` for a stack of rows `[n, ..., in]` from different sequences, each row's output
-    /// bitwise what it is when the row is multiplied alone: our CPU kernels keep rows apart, so
-    /// the rows share one pass over the weights; any other kernel (candle's gemm and quantized
-    /// matmuls pick blocking by row count) multiplies them one by one.
+    /// bitwise what it is when the row is multiplied alone. Our CPU kernels keep rows apart, so
+    /// the rows share one pass over the weights. On CUDA a dense projection multiplies every
+    /// product of up to [`CUDA_ROW_BUCKET`] rows as one of exactly that many rows (see
+    /// [`Linear::forward`]), so a stack of up to that many shares one gemm. Any other kernel
+    /// (candle's CPU gemm and quantized matmuls pick blocking by row count) multiplies them one
+    /// by one.
     pub(crate) fn forward_rows(&self, x: &Tensor) -> Result<Tensor> {
-        if self.keeps_rows_apart(x)? {
+        let n = x.dim(0)?;
+        let group = if self.keeps_rows_apart(x)? {
+            n
+        } else if self.pads_rows(x) {
+            CUDA_ROW_BUCKET
+        } else {
+            1
+        };
+        if group >= n {
             return self.forward(x);
         }
-        let rows = (0..x.dim(0)?)
-            .map(|i| self.forward(&x.narrow(0, i, 1)?))
+        let parts = (0..n)
+            .step_by(group)
+            .map(|start| self.forward(&x.narrow(0, start, group.min(n - start))?))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::cat(&rows, 0)?)
+        Ok(Tensor::cat(&parts, 0)?)
     }
 
     fn keeps_rows_apart(&self, x: &Tensor) -> Result<bool> {
@@ -135,6 +151,13 @@ impl Linear {
             }
             None => false,
         })
+    }
+
+    /// Whether products of few rows are padded to [`CUDA_ROW_BUCKET`]: dense weights on CUDA.
+    /// Quantized CUDA matmuls are left alone: padding would move a single row from the fused
+    /// matrix-vector kernel to dequantize-then-gemm and double what decoding reads.
+    fn pads_rows(&self, x: &Tensor) -> bool {
+        x.device().is_cuda() && matches!(self.inner, QMatMul::Tensor(_) | QMatMul::TensorF16(_))
     }
 
     fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
@@ -162,6 +185,9 @@ impl Linear {
                 }
             }
         }
+        if self.pads_rows(x) && rows <= CUDA_ROW_BUCKET {
+            return self.forward_padded(x, rows, cols);
+        }
         let mm = match &self.single_row {
             Some(q) if rows == 1 => q,
             _ => &self.inner,
@@ -172,6 +198,27 @@ impl Linear {
             return Ok(mm.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dtype)?);
         }
         Ok(mm.forward(x)?)
+    }
+
+    /// `x` (up to [`CUDA_ROW_BUCKET`] rows of `cols`, in any shape: `[n, 1, in]` when decoding)
+    /// multiplied as a 2-D product of exactly [`CUDA_ROW_BUCKET`] rows, zeros below. cuBLAS picks its algorithm by shape, and a row's
+    /// dot products do not depend on the other rows of a fixed-shape gemm, so one decoding row
+    /// gets the same bits alone or stacked with others; a matrix-vector product would not.
+    /// Decoding is bound by reading the weights, which the extra rows do not add to.
+    fn forward_padded(&self, x: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+        let flat = x.reshape((rows, cols))?;
+        let padded = if rows < CUDA_ROW_BUCKET {
+            let zeros = Tensor::zeros((CUDA_ROW_BUCKET - rows, cols), x.dtype(), x.device())?;
+            Tensor::cat(&[&flat, &zeros], 0)?
+        } else {
+            flat.contiguous()?
+        };
+        let out = self.inner.forward(&padded)?.narrow(0, 0, rows)?;
+        let mut dims = x.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = out.dim(1)?;
+        }
+        Ok(out.reshape(dims)?)
     }
 
     /// Rows `ids` of the weight matrix `[out, in]` as dense f32 `[ids.len(), in]`: for a head

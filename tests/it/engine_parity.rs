@@ -50,6 +50,12 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// scripts/gpu-check.sh); `slots` > 1 splits the layers over that many copies of it (`cuda:0,0`
 /// on one GPU exercises the same boundary code as two).
 fn test_devices(slots: usize) -> DeviceMap {
+    // `TABLESEEK_TEST_SPLIT=cuda:0,cpu` checks a split across device kinds instead.
+    if slots == 2 {
+        if let Ok(spec) = std::env::var("TABLESEEK_TEST_SPLIT") {
+            return DeviceMap::parse(&spec, Some("1,1")).unwrap();
+        }
+    }
     let device = std::env::var("TABLESEEK_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
     let (kind, ordinal) = match device.split_once(':') {
         Some((kind, ordinal)) => (kind.to_string(), Some(ordinal.to_string())),
@@ -311,7 +317,7 @@ fn last_token_embedding_matches_transformers() {
     }
 }
 
-/// The CUDA default dtype, exercised on the CPU: bf16 weights, activations and KV.
+/// The CUDA default dtype: bf16 weights, activations and KV, on the device under test.
 #[test]
 fn bf16_runs_close_to_f32() {
     let Some(dir) = fixtures() else { return };
@@ -319,7 +325,7 @@ fn bf16_runs_close_to_f32() {
     let expected = load_st(dir.join("expected.safetensors"));
     let input = ids(&expected["input_ids"]);
     let mut model =
-        Model::load(&ModelSpec::Path(dir), &DeviceMap::cpu(), Some(DType::BF16)).unwrap();
+        Model::load(&ModelSpec::Path(dir), &test_devices(1), Some(DType::BF16)).unwrap();
     model.set_prefill_chunk(32);
     assert_eq!(model.dtype(), DType::BF16);
     let logits = model.forward_all(&input, &mut model.new_cache()).unwrap();
@@ -391,4 +397,46 @@ fn batched_embeddings_and_rerank_match_transformers() {
     let no_yes = logits.narrow(1, 10, 2).unwrap();
     let diff = max_abs_diff(&no_yes, &refs["rerank_logits_no_yes_batched"]);
     assert!(diff <= 1e-4, "{diff}");
+}
+
+/// One decoding step for several sequences gives each row the bits it gets alone, on the device
+/// under test, in f32 and bf16 (on CUDA the rows share fixed-shape gemms; on the CPU this dense
+/// checkpoint decodes them one by one).
+#[test]
+fn decode_batch_rows_are_bitwise_the_rows_alone() {
+    let Some(dir) = fixtures() else { return };
+    let dir = dir.join("tiny-qwen3");
+    let input = ids(&load_st(dir.join("expected.safetensors"))["input_ids"]);
+    for dtype in [DType::F32, DType::BF16] {
+        let mut model =
+            Model::load(&ModelSpec::Path(dir.clone()), &test_devices(1), Some(dtype)).unwrap();
+        model.set_prefill_chunk(16);
+        // Five sequences at different lengths, decoding different tokens.
+        let lens = [7usize, 20, 33, 50, 64];
+        let prefilled = |len: usize| {
+            let mut cache = model.new_cache();
+            model.forward(&input[..len], &mut cache).unwrap();
+            cache
+        };
+        let tokens: Vec<u32> = lens.iter().map(|&len| input[len]).collect();
+        let alone: Vec<Vec<f32>> = lens
+            .iter()
+            .zip(&tokens)
+            .map(|(&len, &token)| {
+                let logits = model.forward(&[token], &mut prefilled(len)).unwrap();
+                logits.to_dtype(DType::F32).unwrap().to_vec1().unwrap()
+            })
+            .collect();
+        let mut caches: Vec<_> = lens.iter().map(|&len| prefilled(len)).collect();
+        let mut refs: Vec<&mut _> = caches.iter_mut().collect();
+        let batched: Vec<Vec<f32>> = model
+            .decode_batch(&tokens, &mut refs)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
+            assert!(b == a, "{dtype:?}: row {i} differs from its sequence alone");
+        }
+        assert!(caches.iter().zip(&lens).all(|(c, &len)| c.len() == len + 1));
+    }
 }

@@ -5,8 +5,10 @@
 //! [`Model::forward`] gives the same token alone. Projections share one pass over the weights only
 //! where the kernel keeps rows apart ([`Linear::forward_rows`]); RMSNorm, the activation and the
 //! residual additions are row-wise in candle's CPU ops; rotary embedding, the cache append and
-//! attention run per sequence over that sequence's own cache, exactly as alone. Elsewhere (an
-//! accelerator, bf16) the step runs the sequences one by one: still invariant, not yet faster.
+//! attention run per sequence over that sequence's own cache, exactly as alone. On one CUDA device
+//! the rows share fixed-shape gemms ([`crate::engine::linear::CUDA_ROW_BUCKET`] rows), and CUDA's
+//! RMSNorm and elementwise kernels work row by row. Elsewhere (a layer split, bf16 on the CPU) the
+//! step runs the sequences one by one: still invariant, not faster.
 
 use candle_core::{DType, Tensor};
 
@@ -48,10 +50,13 @@ impl Model {
                 vocab_size: self.vocab_size(),
             });
         }
-        let on_cpu_f32 = self.dtype == DType::F32
-            && self.embed.device().is_cpu()
-            && self.layers.iter().all(|l| l.device.is_cpu());
-        if tokens.len() == 1 || !on_cpu_f32 {
+        let device = self.embed.device();
+        let one_device = self.layers.iter().all(|l| l.device.same_device(device));
+        // Rows share passes over the weights through our CPU kernels (f32) or CUDA's fixed-shape
+        // gemms; the row loop below assumes one device, as a layer split has several.
+        let rows_share_weights =
+            one_device && (device.is_cuda() || (device.is_cpu() && self.dtype == DType::F32));
+        if tokens.len() == 1 || !rows_share_weights {
             let rows = tokens
                 .iter()
                 .zip(caches.iter_mut())
