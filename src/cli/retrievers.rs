@@ -4,12 +4,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
+use tableseek::engine::hub::resolve_model_path;
 use tableseek::engine::DeviceMap;
 use tableseek::retrieve::bert::{BertEncoder, EncodeOptions};
 use tableseek::retrieve::dense::{CacheStatus, DenseIndex, TextEncoder};
 use tableseek::retrieve::llm_embed::{LlmEmbedOptions, LlmEncoder, DEFAULT_TASK};
 use tableseek::retrieve::rerank::{
-    RerankOptions, Reranker, DEFAULT_INSTRUCTION, DEFAULT_MAX_LENGTH,
+    RerankBatching, RerankOptions, Reranker, DEFAULT_INSTRUCTION, DEFAULT_MAX_LENGTH,
 };
 
 use super::model_args::prefill_load_options;
@@ -66,6 +67,14 @@ fn models_dir() -> PathBuf {
 }
 
 impl EncoderArgs {
+    /// Replaces a model id in `--embed-model` with its path in the Hugging Face cache.
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        if let Some(path) = &self.embed_model {
+            self.embed_model = Some(resolve_model_path(path)?);
+        }
+        Ok(())
+    }
+
     pub fn model_path(&self) -> PathBuf {
         self.embed_model
             .clone()
@@ -152,6 +161,14 @@ fn is_bert(path: &Path) -> bool {
 }
 
 impl RerankArgs {
+    /// Replaces a model id in `--rerank-model` with its path in the Hugging Face cache.
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        if let Some(path) = &self.rerank_model {
+            self.rerank_model = Some(resolve_model_path(path)?);
+        }
+        Ok(())
+    }
+
     pub fn model_path(&self) -> PathBuf {
         self.rerank_model
             .clone()
@@ -168,6 +185,7 @@ impl RerankArgs {
             instruction: self.rerank_instruction.clone(),
             max_length: self.rerank_max_length,
             yes_no_ids: None,
+            batching: RerankBatching::Auto,
         };
         let load = prefill_load_options(&path, devices);
         Reranker::load(&path, devices, &load, options)

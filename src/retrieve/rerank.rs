@@ -66,7 +66,29 @@ pub struct RerankOptions {
     pub max_length: usize,
     /// `(yes, no)` token ids; looked up as the tokens "yes" and "no" when absent.
     pub yes_no_ids: Option<(u32, u32)>,
+    /// How a query's documents are run; see [`RerankBatching`].
+    pub batching: RerankBatching,
 }
+
+/// How a [`Reranker`] runs one query's documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RerankBatching {
+    /// [`RerankBatching::Padded`] on an accelerator, [`RerankBatching::SharedPrefix`] on the CPU.
+    #[default]
+    Auto,
+    /// One document after another, each resuming from the query prefix in the KV cache. On the
+    /// CPU a prompt of a few hundred tokens already fills the kernels, so stacking documents gains
+    /// nothing, while skipping the prefix saves a third of the work or more.
+    SharedPrefix,
+    /// All documents as one left-padded batch ([`Model::last_hidden_batch`], as Qwen3-Reranker's
+    /// reference code runs them), in groups of at most [`PADDED_BATCH_TOKENS`] padded tokens: one
+    /// pass over the weights per chunk for many documents, which is what an accelerator needs.
+    /// Scores equal the shared-prefix ones up to rounding, not bit for bit.
+    Padded,
+}
+
+/// Padded tokens per group in [`RerankBatching::Padded`]: bounds the activations of one forward.
+pub const PADDED_BATCH_TOKENS: usize = 16_384;
 
 impl Default for RerankOptions {
     fn default() -> Self {
@@ -74,6 +96,7 @@ impl Default for RerankOptions {
             instruction: DEFAULT_INSTRUCTION.to_string(),
             max_length: DEFAULT_MAX_LENGTH,
             yes_no_ids: None,
+            batching: RerankBatching::Auto,
         }
     }
 }
@@ -83,7 +106,8 @@ impl Default for RerankOptions {
 pub struct RerankOutput {
     /// p(yes) per document, in input order.
     pub scores: Vec<f64>,
-    /// Forward passes (one per document; the shared prefix rides on the first).
+    /// Forward passes: one per document with a shared prefix (the prefix rides on the first),
+    /// one per group when padded.
     pub calls: usize,
     /// Tokens run through the model.
     pub computed_tokens: usize,
@@ -186,10 +210,70 @@ impl Reranker {
 
     /// p(yes) of each document for `query`, in input order.
     pub fn score(&mut self, query: &str, documents: &[&str]) -> Result<RerankOutput> {
-        let mut out = RerankOutput::default();
         if documents.is_empty() {
-            return Ok(out);
+            return Ok(RerankOutput::default());
         }
+        let padded = match self.options.batching {
+            RerankBatching::Auto => !self.head.device().is_cpu(),
+            RerankBatching::SharedPrefix => false,
+            RerankBatching::Padded => true,
+        };
+        if padded {
+            self.score_padded(query, documents)
+        } else {
+            self.score_with_shared_prefix(query, documents)
+        }
+    }
+
+    fn score_padded(&self, query: &str, documents: &[&str]) -> Result<RerankOutput> {
+        let mut out = RerankOutput::default();
+        let head = self.query_ids(query)?;
+        let mut prompts = Vec::with_capacity(documents.len());
+        for document in documents {
+            let (doc, cut) = self.document_ids(head.len(), document)?;
+            out.truncated += usize::from(cut);
+            let ids: Vec<u32> = head
+                .iter()
+                .chain(&doc)
+                .chain(&self.suffix_ids)
+                .copied()
+                .collect();
+            out.computed_tokens += ids.len();
+            prompts.push(ids);
+        }
+        let mut start = 0;
+        while start < prompts.len() {
+            // The longest group whose padded size stays within the budget (at least one prompt).
+            let mut end = start + 1;
+            let mut longest = prompts[start].len();
+            while end < prompts.len() {
+                let next = longest.max(prompts[end].len());
+                if next * (end + 1 - start) > PADDED_BATCH_TOKENS {
+                    break;
+                }
+                longest = next;
+                end += 1;
+            }
+            let group: Vec<&[u32]> = prompts[start..end].iter().map(Vec::as_slice).collect();
+            let hidden = self.model.last_hidden_batch(&group)?;
+            let logits = hidden.matmul(&self.head.t()?)?.to_vec2::<f32>()?;
+            out.scores.extend(
+                logits
+                    .iter()
+                    .map(|l| p_yes(f64::from(l[0]), f64::from(l[1]))),
+            );
+            out.calls += 1;
+            start = end;
+        }
+        Ok(out)
+    }
+
+    fn score_with_shared_prefix(
+        &mut self,
+        query: &str,
+        documents: &[&str],
+    ) -> Result<RerankOutput> {
+        let mut out = RerankOutput::default();
         let head = self.query_ids(query)?;
         let model = &self.model;
         let system = self.system_ids.len();
@@ -222,9 +306,8 @@ impl Reranker {
                 .matmul(&self.head.t()?)?
                 .flatten_all()?
                 .to_vec1()?;
-            let (no, yes) = (f64::from(logits[0]), f64::from(logits[1]));
-            // softmax([no, yes])[1], written so a large gap cannot overflow.
-            out.scores.push(1.0 / (1.0 + (no - yes).exp()));
+            out.scores
+                .push(p_yes(f64::from(logits[0]), f64::from(logits[1])));
             out.calls += 1;
         }
         self.cache.truncate(system);
@@ -257,6 +340,11 @@ impl Reranker {
         ids.truncate(room);
         Ok((ids, cut))
     }
+}
+
+/// softmax([no, yes])[1], written so a large gap cannot overflow.
+fn p_yes(no: f64, yes: f64) -> f64 {
+    1.0 / (1.0 + (no - yes).exp())
 }
 
 /// The id of `word` as one vocabulary token (Qwen3-Reranker's `convert_tokens_to_ids`), else

@@ -11,7 +11,7 @@ use tableseek::engine::{
     load_tokenizer, DeviceMap, LoadOptions, Model, ModelSpec, QuantizedWeights, Tokenizer,
 };
 use tableseek::retrieve::llm_embed::{LlmEmbedOptions, LlmEncoder};
-use tableseek::retrieve::rerank::{RerankError, RerankOptions, Reranker};
+use tableseek::retrieve::rerank::{RerankBatching, RerankError, RerankOptions, Reranker};
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -176,8 +176,40 @@ fn reranker(fx: &RerankFixture) -> Option<Reranker> {
         instruction: fx.instruction.clone(),
         max_length: fx.max_length,
         yes_no_ids: Some((fx.yes_id, fx.no_id)),
+        batching: RerankBatching::SharedPrefix,
     };
     Some(Reranker::new(model, tokenizer, options).unwrap())
+}
+
+/// The accelerator's mode, run on the CPU: every document of a query in one left-padded forward,
+/// scores as transformers' and as the shared-prefix loop's up to rounding.
+#[test]
+fn reranker_scores_a_query_as_one_padded_batch() {
+    let fx = fixture().rerank;
+    let Some(mut sequential) = reranker(&fx) else {
+        return;
+    };
+    let (model, tokenizer) = tiny().unwrap();
+    let options = RerankOptions {
+        batching: RerankBatching::Padded,
+        ..sequential.options().clone()
+    };
+    let mut padded = Reranker::new(model, tokenizer, options).unwrap();
+    let query = &fx.pairs[0].query;
+    let pairs: Vec<&Pair> = fx.pairs.iter().filter(|p| &p.query == query).collect();
+    let docs: Vec<&str> = pairs.iter().map(|p| p.document.as_str()).collect();
+    let one = padded.score(query, &docs).unwrap();
+    let loop_ = sequential.score(query, &docs).unwrap();
+    assert_eq!(one.calls, 1, "one forward for the whole group");
+    assert_eq!(one.truncated, loop_.truncated);
+    assert_eq!(one.reused_tokens, 0);
+    let total: usize = pairs.iter().map(|p| p.input_ids.len()).sum();
+    assert_eq!(one.computed_tokens, total);
+    for ((pair, a), b) in pairs.iter().zip(&one.scores).zip(&loop_.scores) {
+        assert!((a - pair.p_yes).abs() <= 1e-4, "{a} vs {}", pair.p_yes);
+        assert!((a - b).abs() <= 1e-4, "{a} vs {b}");
+    }
+    assert!(padded.score(query, &[]).unwrap().scores.is_empty());
 }
 
 #[test]
