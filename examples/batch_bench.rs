@@ -3,9 +3,16 @@
 //! fixed token per sequence and read every sequence's logits back; S_TG = NPL · TG / time. Prints
 //! one JSON line with `tg_npl<N>` for each N.
 //!
-//! `cargo run --release --example batch_bench -- MODEL [NPL_LIST] [PP] [TG] [THREADS]`
-//! (defaults `1,4,8,16`, 128, 32, all cores). `scripts/bench-batch.sh` runs it side by side with
-//! llama.cpp (`scripts/llamacpp_batched.py`).
+//! `cargo run --release --example batch_bench -- MODEL [NPL_LIST] [PP] [TG] [THREADS] [DEVICE]`
+//! (defaults `1,4,8,16`, 128, 32, all cores, `cpu`; MODEL may be `random:qwen3-4b`).
+//! `scripts/bench-batch.sh` runs it side by side with llama.cpp (`scripts/llamacpp_batched.py`);
+//! `scripts/gpu-check.sh` runs it on CUDA.
+//!
+//! Also printed: prefill tokens/s (`pp_tps`, the first prompt), the bytes of weights one decoding
+//! step reads (`weight_bytes`: every projection and the output head, at the loaded dtype or the
+//! GGUF's size), and the device's copy bandwidth (`copy_gbps`: a 1 GiB buffer copied on the
+//! device, read plus write), so a decode rate can be put against the bandwidth limit
+//! `copy_gbps / weight_bytes`.
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -15,7 +22,7 @@ fn main() -> anyhow::Result<()> {
     tableseek::keep_freed_memory();
     let args: Vec<String> = std::env::args().collect();
     let Some(path) = args.get(1) else {
-        bail!("usage: batch_bench MODEL [NPL_LIST] [PP] [TG] [THREADS]");
+        bail!("usage: batch_bench MODEL [NPL_LIST] [PP] [TG] [THREADS] [DEVICE]");
     };
     let npls: Vec<usize> = args
         .get(2)
@@ -36,6 +43,8 @@ fn main() -> anyhow::Result<()> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()?;
+    let device_spec = args.get(6).map(String::as_str).unwrap_or("cpu");
+    let devices = DeviceMap::parse(device_spec, None)?;
     let spec = ModelSpec::parse(path)?;
     // As the CLI's `--weights auto` loads a small GGUF: our row-keeping kernels, whose rows
     // share one pass over the weights.
@@ -43,7 +52,8 @@ fn main() -> anyhow::Result<()> {
         quantized: QuantizedWeights::DenseWithQ8Decode,
         ..LoadOptions::default()
     };
-    let model = Model::load_with(&spec, &DeviceMap::cpu(), &options)?;
+    let model = Model::load_with(&spec, &devices, &options)?;
+    let device = devices.first().clone();
     // Distinct prompts per sequence, so no two rows are the same computation.
     let prompt = |s: usize| -> Vec<u32> {
         (0..pp as u32)
@@ -53,11 +63,22 @@ fn main() -> anyhow::Result<()> {
     let mut out = serde_json::Map::new();
     out.insert("impl".into(), "tableseek".into());
     model.forward(&prompt(0)[..1], &mut model.new_cache())?;
+    device.synchronize()?;
+    let started = Instant::now();
+    model.forward(&prompt(0), &mut model.new_cache())?;
+    device.synchronize()?;
+    out.insert(
+        "pp_tps".into(),
+        (pp as f64 / started.elapsed().as_secs_f64()).into(),
+    );
+    out.insert("weight_bytes".into(), weight_bytes(&spec, &model)?.into());
+    out.insert("copy_gbps".into(), copy_gbps(&device)?.into());
     for &npl in &npls {
         let mut caches: Vec<KvCache> = (0..npl).map(|_| model.new_cache()).collect();
         for (s, cache) in caches.iter_mut().enumerate() {
             model.forward(&prompt(s), cache)?;
         }
+        device.synchronize()?;
         let started = Instant::now();
         for step in 0..tg {
             let tokens: Vec<u32> = (0..npl)
@@ -69,9 +90,46 @@ fn main() -> anyhow::Result<()> {
         let secs = started.elapsed().as_secs_f64();
         out.insert(format!("tg_npl{npl}"), ((npl * tg) as f64 / secs).into());
     }
+    out.insert("device".into(), device_spec.into());
+    out.insert("dtype".into(), format!("{:?}", model.dtype()).into());
     out.insert("pp".into(), pp.into());
     out.insert("tg".into(), tg.into());
     out.insert("threads".into(), threads.into());
     println!("{}", serde_json::Value::Object(out));
     Ok(())
+}
+
+/// Bytes one decoding step reads: a GGUF's tensors as stored (the file), else every projection
+/// and the output head at the model's dtype (the embedding row looked up is negligible).
+fn weight_bytes(spec: &ModelSpec, model: &Model) -> anyhow::Result<u64> {
+    if let ModelSpec::Path(path) = spec {
+        if path.extension().is_some_and(|e| e == "gguf") {
+            return Ok(std::fs::metadata(path)?.len());
+        }
+    }
+    let c = model.config();
+    let (h, q, kv) = (
+        c.hidden_size,
+        c.num_attention_heads * c.head_dim,
+        c.num_key_value_heads * c.head_dim,
+    );
+    let per_layer = h * q * 2 + h * kv * 2 + 3 * h * c.intermediate_size;
+    let params = c.num_hidden_layers * per_layer + c.vocab_size * h;
+    Ok((params * model.dtype().size_in_bytes()) as u64)
+}
+
+/// Device copy bandwidth in GB/s (bytes read plus written), best of five copies of 1 GiB.
+fn copy_gbps(device: &candle_core::Device) -> anyhow::Result<f64> {
+    let n = 1usize << 28;
+    let src = candle_core::Tensor::ones(n, candle_core::DType::F32, device)?;
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        device.synchronize()?;
+        let started = Instant::now();
+        let copy = src.copy()?;
+        device.synchronize()?;
+        best = best.min(started.elapsed().as_secs_f64());
+        drop(copy);
+    }
+    Ok(2.0 * (4 * n) as f64 / best / 1e9)
 }

@@ -6,10 +6,18 @@
 #                                the binary, the parity test binary, the tiny fixtures and the Qwen3
 #                                tokenizer into gpu-check/ (git-ignored; ~60 MB, under the device
 #                                tool's 64 MiB carry limit)
-#   scripts/gpu-check.sh run     on the GPU machine (device tool: carry gpu-check): parity (from
-#                                scratch, cached prefix, 2-way layer split) on cuda:0, split over
-#                                cuda:0,1 when two GPUs exist, determinism of greedy decoding, and the
-#                                --random-init qwen3-4b decode speed. One run, well under 10 minutes.
+#   scripts/gpu-check.sh run     on the GPU machine (device tool: carry gpu-check):
+#                                1. parity of the tiny Qwen3/Qwen2/Llama fixtures on cuda:0 at f32
+#                                   tolerance, bf16 against f32, from scratch, with a cached prefix
+#                                   and 2-way layer split; the split again over cuda:0 + cpu, and
+#                                   over cuda:0,1 when two GPUs exist;
+#                                2. greedy determinism: the same generation twice, byte-identical;
+#                                   batch invariance: decode_batch rows equal the rows alone;
+#                                3. speed at the --random-init qwen3-4b shapes (bf16): prefill and
+#                                   aggregate decode tokens/s at 1, 8 and 32 sequences, each as a
+#                                   share of the bandwidth limit (device copy GB/s ÷ bytes of
+#                                   weights a decoding step reads), from examples/batch_bench.
+#                                One run, well under 10 minutes; outputs under $OUT (gpu-check/out).
 #
 # `DEVICE=cpu SPEED_PRESET=qwen3-0.6b scripts/gpu-check.sh run` rehearses the run half here on a CPU
 # build (after `build` has packed the tokenizer).
@@ -37,7 +45,9 @@ build() {
   test_bin=$(parity_test_binary --features cuda)
   [ -n "$test_bin" ] || { echo "gpu-check: parity test binary not built" >&2; exit 1; }
   rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/shared/reference" "$PACK/qwen3-tokenizer"
+  cargo build --release --features cuda --example batch_bench
   cp "$CARGO_TARGET_DIR/release/tableseek" "$PACK/bin/tableseek"
+  cp "$CARGO_TARGET_DIR/release/examples/batch_bench" "$PACK/bin/batch_bench"
   cp "$test_bin" "$PACK/bin/engine_parity"
   strip "$PACK/bin/"*
   cp -r "${TABLESEEK_SHARED:-../shared}/reference/tiny-models" "$PACK/shared/reference/"
@@ -63,15 +73,17 @@ find_cuda_libs() {
 }
 
 run() {
-  local device=${DEVICE:-cuda:0} bin test_bin out=${OUT:-$PACK/out}
+  local device=${DEVICE:-cuda:0} bin bench_bin test_bin out=${OUT:-$PACK/out}
   mkdir -p "$out"
   if [ "$device" = cpu ]; then
-    cargo build --quiet --release --bin tableseek
+    cargo build --quiet --release --bin tableseek --example batch_bench
     bin=target/release/tableseek
+    bench_bin=target/release/examples/batch_bench
     test_bin=$(parity_test_binary)
     export TABLESEEK_SHARED=${TABLESEEK_SHARED:-../shared}
   else
     bin=$PACK/bin/tableseek
+    bench_bin=$PACK/bin/batch_bench
     test_bin=$PACK/bin/engine_parity
     export TABLESEEK_SHARED=$PACK/shared
     local libs
@@ -81,9 +93,16 @@ run() {
   fi
   local status=0
 
-  echo "== parity, prefix reuse and 2-way split on $device"
+  echo "== parity, bf16, prefix reuse, batch invariance and 2-way split on $device"
   TABLESEEK_TEST_DEVICE=$device "$test_bin" --test-threads 1 --nocapture \
-    matches_transformers prefix_cache --skip retrieve_qwen3:: 2>&1 | tee "$out/parity.log" || status=1
+    matches_transformers prefix_cache bf16_runs decode_batch_rows --skip retrieve_qwen3:: 2>&1 \
+    | tee "$out/parity.log" || status=1
+  if [ "$device" != cpu ]; then
+    echo "== split over $device + cpu"
+    TABLESEEK_TEST_DEVICE=$device TABLESEEK_TEST_SPLIT="$device,cpu" "$test_bin" --test-threads 1 \
+      --nocapture tiny_qwen3_matches_transformers tiny_llama_matches_transformers 2>&1 \
+      | tee "$out/split-cpu.log" || status=1
+  fi
   local gpus
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
   if [ "$device" != cpu ] && [ "$gpus" -ge 2 ]; then
@@ -113,6 +132,22 @@ d = json.load(sys.stdin)
 n, prompt, prefill, decode = len(d["generated_token_ids"]), d["prompt_tokens"], d["prefill_ms"], d["decode_ms"]
 print(f"prompt {prompt} tokens, prefill {prefill:.0f} ms; decode {n} tokens in {decode:.0f} ms = {n / (decode / 1e3):.1f} tok/s")' \
     | tee "$out/speed.txt" || status=1
+
+  echo "== prefill and batched decode: $preset at 1/8/32 sequences, against the bandwidth limit"
+  "$bench_bin" "random:$preset" "${SPEED_BATCHES:-1,8,32}" 512 32 "$(nproc)" "$device" \
+    > "$out/batch.json" || status=1
+  python3 - "$out/batch.json" <<'PY' | tee "$out/batch.txt" || status=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+limit = d["copy_gbps"] * 1e9 / d["weight_bytes"]
+print(f"{d['device']} {d['dtype']}: weights {d['weight_bytes'] / 1e9:.2f} GB, copy {d['copy_gbps']:.0f} GB/s "
+      f"=> one sequence at most {limit:.1f} tok/s; prefill {d['pp_tps']:.0f} tok/s ({d['pp']}-token prompt)")
+for key in sorted((k for k in d if k.startswith("tg_npl")), key=lambda k: int(k[6:])):
+    n = int(key[6:])
+    steps = d[key] / n
+    print(f"  {n:>3} sequences: {d[key]:8.1f} tok/s aggregate, {steps:6.1f} steps/s = "
+          f"{100 * steps / limit:5.1f}% of the bandwidth limit per step")
+PY
   [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILED (see $out)"
   return $status
 }
