@@ -6,6 +6,7 @@ mod corpus;
 mod eval;
 mod generate;
 mod grep;
+mod inspect;
 mod model_args;
 mod retrieve;
 mod retrievers;
@@ -46,6 +47,9 @@ pub enum Command {
     Report(eval::ReportArgs),
     /// Paired significance tests between two runs over their common queries.
     Compare(eval::CompareArgs),
+    /// A model's facts and memory plan (weights per device, KV per 1k tokens, the context that
+    /// fits), read from its headers without loading weights.
+    Inspect(inspect::InspectArgs),
     /// Build benchmarks (TCR-style sibling groups from SQLite databases).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -66,8 +70,9 @@ pub fn init_tracing(verbose: u8) {
         .init();
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(mut cli: Cli) -> anyhow::Result<()> {
     model_args::init_threads(cli.command.model_args().and_then(|model| model.threads))?;
+    cli.command.resolve_model_ids()?;
     match cli.command {
         Command::Corpus(cmd) => corpus::run(cmd),
         Command::Grep(args) => grep::run(args),
@@ -78,11 +83,32 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run_eval(*args),
         Command::Report(args) => eval::run_report(args),
         Command::Compare(args) => eval::run_compare(args),
+        Command::Inspect(args) => inspect::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     }
 }
 
 impl Command {
+    /// Model flags naming `ORG/NAME[@REVISION][:QUANT]` become paths in the local Hugging Face
+    /// cache, before anything else reads them.
+    fn resolve_model_ids(&mut self) -> anyhow::Result<()> {
+        match self {
+            Command::Ask(args) => args.model.resolve(),
+            Command::Generate(args) => args.model.resolve(),
+            Command::Chat(args) => args.model.resolve(),
+            Command::Eval(args) => {
+                args.model.resolve()?;
+                args.encoder.resolve()?;
+                args.rerank.resolve()
+            }
+            Command::Retrieve(args) => {
+                args.encoder.resolve()?;
+                args.rerank.resolve()
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn model_args(&self) -> Option<&model_args::ModelArgs> {
         match self {
             Command::Ask(args) => Some(&args.model),

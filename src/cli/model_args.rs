@@ -3,14 +3,16 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use candle_core::DType;
+use tableseek::engine::hub::resolve_model_path;
 use tableseek::engine::{
-    ChatModel, ChatModelOptions, DeviceMap, LoadOptions, ModelSpec, QuantizedWeights,
+    parse_dtype, ChatModel, ChatModelOptions, DeviceMap, LoadOptions, ModelSpec, QuantizedWeights,
 };
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// A GGUF file or a Hugging Face checkpoint directory (config.json + *.safetensors).
+    /// A GGUF file, a Hugging Face checkpoint directory (config.json + *.safetensors), or a model
+    /// id `ORG/NAME[@REVISION][:QUANT]` found offline in the local Hugging Face cache
+    /// ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub); QUANT picks a GGUF file.
     #[arg(long, default_value = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")]
     pub model: PathBuf,
     /// tokenizer.json to use instead of the one that comes with the weights.
@@ -40,15 +42,17 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// Replaces a model id in `--model` with its path in the Hugging Face cache.
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        if self.random_init.is_none() {
+            self.model = resolve_model_path(&self.model)?;
+        }
+        Ok(())
+    }
+
     pub fn load(&self) -> anyhow::Result<ChatModel> {
         let devices = DeviceMap::parse(&self.device, self.layer_split.as_deref())?;
-        let dtype = match self.dtype.as_deref() {
-            None => None,
-            Some("f32") => Some(DType::F32),
-            Some("bf16") => Some(DType::BF16),
-            Some("f16") => Some(DType::F16),
-            Some(other) => bail!("unknown --dtype `{other}` (expected f32, bf16 or f16)"),
-        };
+        let dtype = self.dtype.as_deref().map(parse_dtype).transpose()?;
         let quantized = self.quantized_weights(&devices)?;
         let spec = match &self.random_init {
             Some(preset) => ModelSpec::Random {
@@ -77,14 +81,23 @@ impl ModelArgs {
     }
 
     fn quantized_weights(&self, devices: &DeviceMap) -> anyhow::Result<QuantizedWeights> {
-        Ok(match self.weights.as_str() {
-            "as-stored" => QuantizedWeights::AsStored,
-            "dense" => QuantizedWeights::Dense,
-            "dense-q8" => QuantizedWeights::DenseWithQ8Decode,
-            "auto" => QuantizedWeights::auto(&self.model, devices),
-            other => bail!("unknown --weights `{other}` (as-stored, dense, dense-q8, auto)"),
-        })
+        weights_mode(&self.weights, &self.model, devices)
     }
+}
+
+/// A `--weights` value for `model` on `devices`.
+pub fn weights_mode(
+    text: &str,
+    model: &std::path::Path,
+    devices: &DeviceMap,
+) -> anyhow::Result<QuantizedWeights> {
+    Ok(match text {
+        "as-stored" => QuantizedWeights::AsStored,
+        "dense" => QuantizedWeights::Dense,
+        "dense-q8" => QuantizedWeights::DenseWithQ8Decode,
+        "auto" => QuantizedWeights::auto(model, devices),
+        other => bail!("unknown --weights `{other}` (as-stored, dense, dense-q8, auto)"),
+    })
 }
 
 /// Whether `model` is a GGUF small enough to expand to dense weights on an all-CPU device map

@@ -34,23 +34,41 @@ impl DeviceMap {
         }
     }
 
-    /// Parses and opens `spec` (e.g. `cuda:0,1`), with optional split proportions (e.g. `3,1`).
-    /// Without proportions the layers are split evenly.
+    /// Parses and opens `spec` (e.g. `cuda:0,1`), with optional split proportions (e.g. `3,1`,
+    /// or `auto`: in proportion to each device's free memory, shared evenly between entries
+    /// naming the same device). Without proportions the layers are split evenly.
     pub fn parse(spec: &str, layer_split: Option<&str>) -> Result<Self> {
         let kinds = parse_kinds(spec)?;
-        let weights = match layer_split {
-            None => vec![1.0; kinds.len()],
-            Some(split) => parse_split(split, kinds.len())?,
-        };
         let devices = kinds
             .iter()
             .map(|k| open(*k, spec))
             .collect::<Result<Vec<_>>>()?;
+        let weights = match layer_split {
+            None => vec![1.0; kinds.len()],
+            Some("auto") => {
+                let mut weights = Vec::with_capacity(kinds.len());
+                for (kind, device) in kinds.iter().zip(&devices) {
+                    let free = free_memory(device).ok_or_else(|| EngineError::BadDeviceSpec {
+                        spec: spec.to_string(),
+                        detail: format!("--layer-split auto: the free memory of {kind:?} is unknown; give proportions instead"),
+                    })?;
+                    let sharing = kinds.iter().filter(|k| *k == kind).count();
+                    weights.push(free as f64 / sharing as f64);
+                }
+                weights
+            }
+            Some(split) => parse_split(split, kinds.len())?,
+        };
         Ok(Self {
             kinds,
             devices,
             weights,
         })
+    }
+
+    /// The opened devices, one per entry of the spec.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
     }
 
     /// The device that holds the token embeddings (and receives the input ids).
@@ -177,6 +195,32 @@ fn parse_split(split: &str, n_devices: usize) -> Result<Vec<f64>> {
     Ok(weights)
 }
 
+/// Bytes a model could still take on `device`: the driver's free memory on CUDA, the kernel's
+/// `MemAvailable` on the CPU (what can be allocated without swapping). `None` where unknown.
+pub fn free_memory(device: &Device) -> Option<u64> {
+    match device {
+        Device::Cpu => {
+            let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+            meminfo.lines().find_map(|line| {
+                let kib = line
+                    .strip_prefix("MemAvailable:")?
+                    .trim()
+                    .strip_suffix("kB")?;
+                kib.trim().parse::<u64>().ok().map(|k| k * 1024)
+            })
+        }
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cuda) => cuda
+            .cuda_stream()
+            .context()
+            .mem_get_info()
+            .ok()
+            .map(|(free, _total)| free as u64),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
 fn open(kind: DeviceKind, spec: &str) -> Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
@@ -203,6 +247,13 @@ mod tests {
         assert_eq!(even.layer_assignment(6), vec![0, 0, 1, 1, 2, 2]);
         let skip_middle = DeviceMap::parse("cpu,cpu,cpu", Some("1,0,1")).unwrap();
         assert_eq!(skip_middle.layer_assignment(4), vec![0, 0, 2, 2]);
+    }
+
+    #[test]
+    fn auto_split_shares_a_device_evenly() {
+        let map = DeviceMap::parse("cpu,cpu", Some("auto")).unwrap();
+        assert_eq!(map.layer_assignment(4), vec![0, 0, 1, 1]);
+        assert!(free_memory(&Device::Cpu).is_some_and(|b| b > 0));
     }
 
     #[test]

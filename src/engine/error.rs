@@ -6,6 +6,13 @@ use std::path::PathBuf;
 /// Errors from loading and running models.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    #[error("the model does not fit: its weights need {} on {device}, which has {} free (a plan may use {:.0}% of it)\n{plan}", super::plan::human(*.needed), super::plan::human(*.available), super::plan::FIT_MARGIN * 100.0)]
+    DoesNotFit {
+        device: String,
+        needed: u64,
+        available: u64,
+        plan: String,
+    },
     #[error("model file not found: {path}")]
     MissingWeights { path: PathBuf },
     #[error("weight file {path} is truncated or corrupt: {detail}")]

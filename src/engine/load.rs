@@ -131,8 +131,14 @@ impl Model {
     }
 
     /// [`Model::load`] with every option.
+    /// A model whose weights cannot fit its devices' free memory is refused before any weight is
+    /// read ([`super::plan::MemoryPlan::check`]).
     pub fn load_with(spec: &ModelSpec, devices: &DeviceMap, opts: &LoadOptions) -> Result<Self> {
         let dtype = opts.dtype.unwrap_or_else(|| devices.default_dtype());
+        if !matches!(spec, ModelSpec::Path(path) if !path.exists()) {
+            let facts = super::plan::ModelFacts::read(spec)?;
+            super::plan::MemoryPlan::new(&facts, devices, opts, 0).check(None)?;
+        }
         let mut model = match spec {
             ModelSpec::Path(path) if path.is_dir() => load_hf(path, devices, dtype)?,
             ModelSpec::Path(path) if path.exists() => {
@@ -223,7 +229,7 @@ fn assemble(
 
 // ---------------------------------------------------------------- HF safetensors
 
-fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
         let text = std::fs::read_to_string(&index).map_err(io_err(&index))?;

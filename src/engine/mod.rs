@@ -11,6 +11,8 @@
 //! - [`generate`]: greedy decoding with stop conditions and a logits hook.
 //! - [`constrain`]: structured decoding, a grammar (JSON schema, Lark) as that hook (llguidance).
 //! - [`device`]: device specs and layer split.
+//! - [`plan`]: a model's facts and memory plan from headers alone; refusal before loading.
+//! - [`hub`]: `ORG/NAME[@REVISION][:QUANT]` resolved offline in the local Hugging Face cache.
 //! - [`session`]: weights + tokenizer + template behind one `chat(messages)` call.
 //! - [`tokenizer`], [`chat`]: text ↔ ids (tokenizer.json or rebuilt from GGUF) and chat templates.
 //!
@@ -35,16 +37,18 @@ pub(crate) mod cpu;
 pub mod device;
 pub mod error;
 pub mod generate;
+pub mod hub;
 pub mod kv_cache;
 pub(crate) mod linear;
 pub mod load;
 pub mod model;
+pub mod plan;
 pub mod prefix_cache;
 pub mod rope;
 
 pub use batch::{BatchOptions, Batcher, Completion, EngineHandle, Request};
 pub use config::{Architecture, Config};
-pub use device::{parse_bytes, parse_dtype, DeviceMap};
+pub use device::{free_memory, parse_bytes, parse_dtype, DeviceMap};
 pub use error::EngineError;
 pub use generate::{
     CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, LoopGuard, StopReason,
