@@ -243,8 +243,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             "model": args.model.model,
             "tokenizer": args.model.tokenizer,
             "random_init": args.model.random_init,
-            "device": args.model.device,
-            "dtype": args.model.dtype,
+            "device": args.model.placement.device,
+            "dtype": args.model.placement.dtype,
             "steps": args.agent.steps,
             "strategy": agent_config.strategy,
             "evidence": agent_config.evidence,
@@ -327,7 +327,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if missing > 0 {
         tracing::warn!(missing, "queries whose gold table is not in the corpus");
     }
-    let devices = DeviceMap::parse(&args.model.device, None)?;
+    let devices = DeviceMap::parse(&args.model.placement.device, None)?;
     let encoder = if dense {
         Some(
             args.encoder

@@ -1,28 +1,20 @@
 //! `tableseek inspect MODEL`: a model's facts and memory plan, from headers alone.
 
+use std::path::Path;
 use tableseek::engine::hub::resolve_model_path;
 use tableseek::engine::plan::{human, MemoryPlan, ModelFacts};
-use tableseek::engine::{parse_bytes, parse_dtype, DeviceMap, LoadOptions, ModelSpec};
 
-use super::model_args::weights_mode;
+use tableseek::engine::{parse_bytes, LoadOptions, ModelSpec};
+
+use super::model_args::PlacementArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
     /// A GGUF file, a checkpoint folder, a model id `ORG/NAME[@REVISION][:QUANT]` from the local
     /// Hugging Face cache, or `random:PRESET`.
     pub model: String,
-    /// Devices the plan is for, as `--device` elsewhere.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Proportions of layers per device, or `auto` (by free memory).
-    #[arg(long)]
-    pub layer_split: Option<String>,
-    /// f32, bf16 or f16; defaults to f32 on CPU and bf16 on CUDA.
-    #[arg(long)]
-    pub dtype: Option<String>,
-    /// GGUF weights mode, as `--weights` elsewhere.
-    #[arg(long, default_value = "auto")]
-    pub weights: String,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
     /// KV budget the plan sizes the context for.
     #[arg(long, default_value = "4GiB", value_parser = parse_bytes)]
     pub kv_memory: usize,
@@ -33,14 +25,13 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         ModelSpec::Path(path) => ModelSpec::Path(resolve_model_path(&path)?),
         random => random,
     };
-    let devices = DeviceMap::parse(&args.device, args.layer_split.as_deref())?;
-    let options = LoadOptions {
-        dtype: args.dtype.as_deref().map(parse_dtype).transpose()?,
-        quantized: match &spec {
-            ModelSpec::Path(path) => weights_mode(&args.weights, path, &devices)?,
-            ModelSpec::Random { .. } => Default::default(),
+    let devices = args.placement.devices()?;
+    let options = match &spec {
+        ModelSpec::Path(path) => args.placement.load_options(path, &devices)?,
+        ModelSpec::Random { .. } => LoadOptions {
+            dtype: args.placement.load_options(Path::new(""), &devices)?.dtype,
+            ..LoadOptions::default()
         },
-        prefill_chunk: None,
     };
     let facts = ModelFacts::read(&spec)?;
     let c = &facts.config;

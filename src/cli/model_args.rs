@@ -22,10 +22,22 @@ pub struct ModelArgs {
     /// only (qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b). Needs --tokenizer.
     #[arg(long, value_name = "PRESET")]
     pub random_init: Option<String>,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+    /// CPU threads for the forward pass (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Where and how weights are placed: shared by the commands that load a model and `inspect`,
+/// which plans the same placement without loading.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlacementArgs {
     /// `cpu`, `cuda:N`, or `cuda:0,1,...` to split the layers across GPUs.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Proportions of decoder layers per device, e.g. `3,1` (like llama.cpp's -ts).
+    /// Proportions of decoder layers per device, e.g. `3,1` (like llama.cpp's -ts), or `auto`
+    /// (in proportion to each device's free memory).
     #[arg(long)]
     pub layer_split: Option<String>,
     /// f32, bf16 or f16; defaults to f32 on CPU and bf16 on CUDA.
@@ -36,9 +48,25 @@ pub struct ModelArgs {
     /// files up to 512 MiB on CPU, as-stored otherwise.
     #[arg(long, default_value = "auto")]
     pub weights: String,
-    /// CPU threads for the forward pass (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+}
+
+impl PlacementArgs {
+    pub fn devices(&self) -> anyhow::Result<DeviceMap> {
+        Ok(DeviceMap::parse(&self.device, self.layer_split.as_deref())?)
+    }
+
+    /// Load options for `model` on `devices` (no prefill chunk override).
+    pub fn load_options(
+        &self,
+        model: &std::path::Path,
+        devices: &DeviceMap,
+    ) -> anyhow::Result<LoadOptions> {
+        Ok(LoadOptions {
+            dtype: self.dtype.as_deref().map(parse_dtype).transpose()?,
+            quantized: weights_mode(&self.weights, model, devices)?,
+            prefill_chunk: None,
+        })
+    }
 }
 
 impl ModelArgs {
@@ -51,9 +79,8 @@ impl ModelArgs {
     }
 
     pub fn load(&self) -> anyhow::Result<ChatModel> {
-        let devices = DeviceMap::parse(&self.device, self.layer_split.as_deref())?;
-        let dtype = self.dtype.as_deref().map(parse_dtype).transpose()?;
-        let quantized = self.quantized_weights(&devices)?;
+        let devices = self.placement.devices()?;
+        let load = self.placement.load_options(&self.model, &devices)?;
         let spec = match &self.random_init {
             Some(preset) => ModelSpec::Random {
                 preset: preset.clone(),
@@ -64,8 +91,8 @@ impl ModelArgs {
         let options = ChatModelOptions {
             tokenizer: self.tokenizer.clone(),
             devices,
-            dtype,
-            quantized,
+            dtype: load.dtype,
+            quantized: load.quantized,
             ..ChatModelOptions::default()
         };
         let started = std::time::Instant::now();
@@ -78,10 +105,6 @@ impl ModelArgs {
         })?;
         tracing::info!(ms = started.elapsed().as_millis() as u64, "model loaded");
         Ok(model)
-    }
-
-    fn quantized_weights(&self, devices: &DeviceMap) -> anyhow::Result<QuantizedWeights> {
-        weights_mode(&self.weights, &self.model, devices)
     }
 }
 

@@ -174,7 +174,7 @@ impl Model {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
     move |source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             EngineError::MissingWeights {

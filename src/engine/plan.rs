@@ -21,7 +21,7 @@ use candle_core::DType;
 use super::config::Config;
 use super::device::{free_memory, DeviceMap};
 use super::error::{EngineError, Result};
-use super::load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
+use super::load::{io_err, read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
 
 /// Share of a device's free memory a plan may fill: the rest is for activations, scratch and
 /// whatever else the process holds.
@@ -178,7 +178,7 @@ fn gguf_dtype_name(dtype: GgmlDType) -> String {
 
 fn read_checkpoint(dir: &Path) -> Result<ModelFacts> {
     let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|source| io(&config_path, source))?;
+    let text = std::fs::read_to_string(&config_path).map_err(io_err(&config_path))?;
     let config = Config::from_hf_json(&text, &config_path.display().to_string())?;
     let mut tensors = Vec::new();
     for shard in super::load::shard_paths(dir)? {
@@ -198,19 +198,6 @@ fn read_checkpoint(dir: &Path) -> Result<ModelFacts> {
     })
 }
 
-fn io(path: &Path, source: std::io::Error) -> EngineError {
-    if source.kind() == std::io::ErrorKind::NotFound {
-        EngineError::MissingWeights {
-            path: path.to_path_buf(),
-        }
-    } else {
-        EngineError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-}
-
 /// A safetensors file's tensor list from its JSON header (8-byte length, then the header), the
 /// data never read. The header is capped at 100 MB, as the safetensors crate caps it.
 fn safetensors_header(path: &PathBuf) -> Result<Vec<TensorFacts>> {
@@ -218,8 +205,8 @@ fn safetensors_header(path: &PathBuf) -> Result<Vec<TensorFacts>> {
         path: path.clone(),
         detail,
     };
-    let mut file = File::open(path).map_err(|e| io(path, e))?;
-    let file_len = file.metadata().map_err(|e| io(path, e))?.len();
+    let mut file = File::open(path).map_err(io_err(path))?;
+    let file_len = file.metadata().map_err(io_err(path))?.len();
     let mut len = [0u8; 8];
     file.read_exact(&mut len)
         .map_err(|_| corrupt("shorter than a safetensors header".into()))?;
@@ -230,7 +217,7 @@ fn safetensors_header(path: &PathBuf) -> Result<Vec<TensorFacts>> {
         )));
     }
     let mut header = vec![0u8; len as usize];
-    file.read_exact(&mut header).map_err(|e| io(path, e))?;
+    file.read_exact(&mut header).map_err(io_err(path))?;
     let header: BTreeMap<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| corrupt(format!("header: {e}")))?;
     let mut out = Vec::new();
