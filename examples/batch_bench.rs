@@ -9,13 +9,14 @@
 //! `scripts/gpu-check.sh` runs it on CUDA.
 //!
 //! Also printed: prefill tokens/s (`pp_tps`, the first prompt), the bytes of weights one decoding
-//! step reads (`weight_bytes`: every projection and the output head, at the loaded dtype or the
-//! GGUF's size), and the device's copy bandwidth (`copy_gbps`: a 1 GiB buffer copied on the
+//! step reads (`weight_bytes`: the weights as loaded, from the engine's memory plan), and the
+//! device's copy bandwidth (`copy_gbps`: a 1 GiB buffer copied on the
 //! device, read plus write), so a decode rate can be put against the bandwidth limit
 //! `copy_gbps / weight_bytes`.
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use tableseek::engine::plan::{MemoryPlan, ModelFacts};
 use tableseek::engine::{DeviceMap, KvCache, LoadOptions, Model, ModelSpec, QuantizedWeights};
 
 fn main() -> anyhow::Result<()> {
@@ -71,7 +72,10 @@ fn main() -> anyhow::Result<()> {
         "pp_tps".into(),
         (pp as f64 / started.elapsed().as_secs_f64()).into(),
     );
-    out.insert("weight_bytes".into(), weight_bytes(&spec, &model)?.into());
+    out.insert(
+        "weight_bytes".into(),
+        weight_bytes(&spec, &devices, &options)?.into(),
+    );
     out.insert("copy_gbps".into(), copy_gbps(&device)?.into());
     for &npl in &npls {
         let mut caches: Vec<KvCache> = (0..npl).map(|_| model.new_cache()).collect();
@@ -99,23 +103,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes one decoding step reads: a GGUF's tensors as stored (the file), else every projection
-/// and the output head at the model's dtype (the embedding row looked up is negligible).
-fn weight_bytes(spec: &ModelSpec, model: &Model) -> anyhow::Result<u64> {
-    if let ModelSpec::Path(path) = spec {
-        if path.extension().is_some_and(|e| e == "gguf") {
-            return Ok(std::fs::metadata(path)?.len());
-        }
-    }
-    let c = model.config();
-    let (h, q, kv) = (
-        c.hidden_size,
-        c.num_attention_heads * c.head_dim,
-        c.num_key_value_heads * c.head_dim,
-    );
-    let per_layer = h * q * 2 + h * kv * 2 + 3 * h * c.intermediate_size;
-    let params = c.num_hidden_layers * per_layer + c.vocab_size * h;
-    Ok((params * model.dtype().size_in_bytes()) as u64)
+/// Bytes one decoding step reads: the weights as the engine holds them (the memory plan, from the
+/// same options and devices).
+fn weight_bytes(
+    spec: &ModelSpec,
+    devices: &DeviceMap,
+    options: &LoadOptions,
+) -> anyhow::Result<u64> {
+    let facts = ModelFacts::read(spec)?;
+    Ok(MemoryPlan::new(&facts, devices, options, 0).weight_bytes())
 }
 
 /// Device copy bandwidth in GB/s (bytes read plus written), best of five copies of 1 GiB.

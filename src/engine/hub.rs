@@ -7,13 +7,14 @@
 //! `model.safetensors.index.json`, which the loader reads); otherwise its `.gguf` files are
 //! candidates, narrowed by a `:Q4_K_M`-style suffix.
 //!
-//! Nothing here touches the network. The hf-hub crate's `Cache` resolves `refs/<revision>` to a
-//! snapshot file, and is used for that; it does not read `HF_HUB_CACHE`, take a commit hash as the
-//! revision, or list a snapshot (needed to pick a GGUF), so those parts are ours.
+//! Nothing here touches the network. The hf-hub crate names the repository folder
+//! (`Repo::folder_name`); its `Cache` lookup is not used: it reads no `HF_HUB_CACHE`, takes no
+//! commit hash as revision (it only follows `refs/`), panics without a home directory, and cannot
+//! list a snapshot, which picking a GGUF needs. What remains is reading one ref file.
 
 use std::path::{Path, PathBuf};
 
-use hf_hub::{Cache, Repo, RepoType};
+use hf_hub::{Repo, RepoType};
 
 /// Why a model id could not be resolved; every message names what was looked at.
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +147,7 @@ impl HubCache {
             missing(&self.root)
         )];
         looked.push(format!("  {}{}", folder.display(), missing(&folder)));
-        let snapshot = self.snapshot(&id.repo, revision, &folder, &mut looked);
+        let snapshot = Self::snapshot(revision, &folder, &mut looked);
         let Some(snapshot) = snapshot else {
             let revision_flag = id
                 .revision
@@ -167,27 +168,10 @@ impl HubCache {
         pick_gguf(id, &snapshot)
     }
 
-    /// `snapshots/<hash>` for `revision`: through `refs/<revision>` (hf-hub's lookup), or the
+    /// `snapshots/<hash>` for `revision`: through `refs/<revision>`, or the
     /// revision itself when it is a commit hash with a snapshot.
-    fn snapshot(
-        &self,
-        repo_id: &str,
-        revision: &str,
-        folder: &Path,
-        looked: &mut Vec<String>,
-    ) -> Option<PathBuf> {
+    fn snapshot(revision: &str, folder: &Path, looked: &mut Vec<String>) -> Option<PathBuf> {
         let refs = folder.join("refs").join(revision);
-        let cache = Cache::new(self.root.clone());
-        let repo = cache.repo(Repo::with_revision(
-            repo_id.to_string(),
-            RepoType::Model,
-            revision.to_string(),
-        ));
-        // Any file of the snapshot locates it; config.json is in every checkpoint, and a GGUF-only
-        // repository is found through the hash below.
-        if let Some(config) = repo.get("config.json") {
-            return config.parent().map(Path::to_path_buf);
-        }
         let hash = match std::fs::read_to_string(&refs) {
             Ok(hash) => {
                 looked.push(format!("  {} -> {}", refs.display(), hash.trim()));

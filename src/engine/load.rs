@@ -22,6 +22,7 @@ use super::cpu::q8::{self as cpu_q8, Q8Rows};
 use super::device::DeviceMap;
 use super::error::{EngineError, Result};
 use super::model::{DecodeRows, Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
+use super::plan::{gguf_facts, MemoryPlan, ModelFacts};
 use super::rope::{Rope, RopeLayout};
 
 /// Where a model's weights come from.
@@ -135,19 +136,17 @@ impl Model {
     /// read ([`super::plan::MemoryPlan::check`]).
     pub fn load_with(spec: &ModelSpec, devices: &DeviceMap, opts: &LoadOptions) -> Result<Self> {
         let dtype = opts.dtype.unwrap_or_else(|| devices.default_dtype());
-        if !matches!(spec, ModelSpec::Path(path) if !path.exists()) {
-            let facts = super::plan::ModelFacts::read(spec)?;
-            super::plan::MemoryPlan::new(&facts, devices, opts, 0).check(None)?;
-        }
         let mut model = match spec {
-            ModelSpec::Path(path) if path.is_dir() => load_hf(path, devices, dtype)?,
-            ModelSpec::Path(path) if path.exists() => {
-                load_gguf(path, devices, dtype, opts.quantized)?
+            ModelSpec::Path(path) if path.is_dir() => {
+                check_fits(&ModelFacts::read(spec)?, devices, opts)?;
+                load_hf(path, devices, dtype)?
             }
+            ModelSpec::Path(path) if path.exists() => load_gguf(path, devices, dtype, opts)?,
             ModelSpec::Path(path) => {
                 return Err(EngineError::MissingWeights { path: path.clone() })
             }
             ModelSpec::Random { preset, seed } => {
+                check_fits(&ModelFacts::read(spec)?, devices, opts)?;
                 Self::random(&Config::preset(preset)?, *seed, devices, Some(dtype))?
             }
         };
@@ -172,6 +171,11 @@ impl Model {
             dtype.unwrap_or_else(|| devices.default_dtype()),
         )
     }
+}
+
+/// Refuses weights that cannot fit `devices` before any is read.
+fn check_fits(facts: &ModelFacts, devices: &DeviceMap, opts: &LoadOptions) -> Result<()> {
+    MemoryPlan::new(facts, devices, opts, 0).check(None)
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
@@ -523,13 +527,10 @@ impl GgufWeights {
     }
 }
 
-fn load_gguf(
-    path: &Path,
-    devices: &DeviceMap,
-    dtype: DType,
-    quantized: QuantizedWeights,
-) -> Result<Model> {
+fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, opts: &LoadOptions) -> Result<Model> {
     let content = read_gguf(path)?;
+    check_fits(&gguf_facts(path, &content)?, devices, opts)?;
+    let quantized = opts.quantized;
     let mut cfg = Config::from_gguf(&content.metadata, &path.display().to_string())?;
     // The embedding table is the authority on the vocabulary size: Qwen GGUFs pad it beyond the
     // tokenizer's list and do not always write `{arch}.vocab_size`.

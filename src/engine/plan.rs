@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::GgmlDType;
+use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::DType;
 
 use super::config::Config;
@@ -140,7 +140,11 @@ fn layer_of(name: &str) -> Option<usize> {
 }
 
 fn read_gguf_facts(path: &Path) -> Result<ModelFacts> {
-    let content = read_gguf(path)?;
+    gguf_facts(path, &read_gguf(path)?)
+}
+
+/// Facts of a GGUF whose header `content` was already read (by the loader, so it is read once).
+pub(crate) fn gguf_facts(path: &Path, content: &gguf_file::Content) -> Result<ModelFacts> {
     let config = Config::from_gguf(&content.metadata, &path.display().to_string())?;
     let mut tensors: Vec<TensorFacts> = content
         .tensor_infos
