@@ -16,7 +16,10 @@
 #                                3. speed at the --random-init qwen3-4b shapes (bf16): prefill and
 #                                   aggregate decode tokens/s at 1, 8 and 32 sequences, each as a
 #                                   share of the bandwidth limit (device copy GB/s ÷ bytes of
-#                                   weights a decoding step reads), from examples/batch_bench.
+#                                   weights a decoding step reads), from examples/batch_bench;
+#                                4. Qwen3-MoE: the tiny MoE parity tests on the device, then greedy
+#                                   decode tokens/s at --random-init qwen3-30b-a3b (bf16, ~61 GB;
+#                                   qwen3-moe-mini, the same design scaled down, off a GPU).
 #                                One run, well under 10 minutes; outputs under $OUT (gpu-check/out).
 #
 # `DEVICE=cpu SPEED_PRESET=qwen3-0.6b scripts/gpu-check.sh run` rehearses the run half here on a CPU
@@ -51,6 +54,8 @@ build() {
   cp "$test_bin" "$PACK/bin/engine_parity"
   strip "$PACK/bin/"*
   cp -r "${TABLESEEK_SHARED:-../shared}/reference/tiny-models" "$PACK/shared/reference/"
+  # Our own fixtures travel with the working tree; the test binary finds them by
+  # TABLESEEK_FIXTURES (set in `run`), since the build path is not the device's.
   # The real Qwen3 tokenizer and chat template, for the random-init speed check.
   local tmp
   tmp=$(mktemp -d)
@@ -86,6 +91,7 @@ run() {
     bench_bin=$PACK/bin/batch_bench
     test_bin=$PACK/bin/engine_parity
     export TABLESEEK_SHARED=$PACK/shared
+    export TABLESEEK_FIXTURES=$PWD/tests/fixtures
     local libs
     libs=$(find_cuda_libs)
     [ -n "$libs" ] && export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -148,6 +154,20 @@ for key in sorted((k for k in d if k.startswith("tg_npl")), key=lambda k: int(k[
     print(f"  {n:>3} sequences: {d[key]:8.1f} tok/s aggregate, {steps:6.1f} steps/s = "
           f"{100 * steps / limit:5.1f}% of the bandwidth limit per step")
 PY
+  local moe_preset=${MOE_PRESET:-qwen3-30b-a3b}
+  [ "$device" = cpu ] && moe_preset=${MOE_PRESET:-qwen3-moe-mini}
+  echo "== Qwen3-MoE: parity on $device, then decode speed at --random-init $moe_preset"
+  TABLESEEK_TEST_DEVICE=$device "$test_bin" --test-threads 1 --nocapture engine_moe:: 2>&1 \
+    | tee "$out/moe-parity.log" || status=1
+  "$bin" generate --random-init "$moe_preset" --tokenizer "$tok" --device "$device" \
+    --chat "Write a long story about tables." --max-new-tokens 64 --json \
+    | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+n, prompt, prefill, decode = len(d["generated_token_ids"]), d["prompt_tokens"], d["prefill_ms"], d["decode_ms"]
+print(f"prompt {prompt} tokens, prefill {prefill:.0f} ms; decode {n} tokens in {decode:.0f} ms = {n / (decode / 1e3):.1f} tok/s")' \
+    | sed "s/^/$moe_preset: /" | tee "$out/moe-speed.txt" || status=1
+
   [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILED (see $out)"
   return $status
 }

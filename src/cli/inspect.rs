@@ -48,7 +48,22 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         c.max_position_embeddings,
         c.rope_theta
     );
-    println!("  experts: none (dense)");
+    match &c.moe {
+        Some(moe) => {
+            let sparse = (0..c.num_hidden_layers)
+                .filter(|&i| moe.is_sparse(i))
+                .count();
+            println!(
+                "  experts: {} of width {}, {} per token ({}renormalized), in {sparse} of {} layers",
+                moe.num_experts,
+                moe.moe_intermediate_size,
+                moe.num_experts_per_tok,
+                if moe.norm_topk_prob { "" } else { "not " },
+                c.num_hidden_layers
+            );
+        }
+        None => println!("  experts: none (dense)"),
+    }
     println!(
         "  tied output head: {}; chat template: {}",
         c.tie_word_embeddings,

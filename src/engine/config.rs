@@ -21,6 +21,9 @@ pub enum Architecture {
     Qwen2,
     /// Llama 2/3.x, SmolLM2, Mistral-like without sliding window.
     Llama,
+    /// Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): Qwen3's attention, a routed mixture of experts in
+    /// place of the MLP (see [`MoeConfig`]).
+    Qwen3Moe,
 }
 
 impl Architecture {
@@ -29,6 +32,7 @@ impl Architecture {
             "Qwen3ForCausalLM" | "qwen3" => Ok(Self::Qwen3),
             "Qwen2ForCausalLM" | "qwen2" => Ok(Self::Qwen2),
             "LlamaForCausalLM" | "llama" => Ok(Self::Llama),
+            "Qwen3MoeForCausalLM" | "qwen3_moe" | "qwen3moe" => Ok(Self::Qwen3Moe),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -40,7 +44,7 @@ impl Architecture {
 
     /// Whether queries and keys go through a per-head RMSNorm before RoPE.
     pub fn qk_norm(self) -> bool {
-        self == Self::Qwen3
+        matches!(self, Self::Qwen3 | Self::Qwen3Moe)
     }
 }
 
@@ -51,6 +55,32 @@ pub struct Llama3RopeScaling {
     pub low_freq_factor: f64,
     pub high_freq_factor: f64,
     pub original_max_position_embeddings: usize,
+}
+
+/// The mixture-of-experts block of Qwen3-MoE, as transformers' `Qwen3MoeSparseMoeBlock` runs it:
+/// a router picks the `num_experts_per_tok` experts with the largest softmax probability per
+/// token, and the token's output is their outputs weighted by those probabilities (renormalized
+/// to sum to 1 when `norm_topk_prob`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    pub num_experts_per_tok: usize,
+    /// Each expert's MLP width (the dense layers keep `intermediate_size`).
+    pub moe_intermediate_size: usize,
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer is sparse (1: all of them)...
+    pub decoder_sparse_step: usize,
+    /// ...except these, which keep a dense MLP.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether layer `i` routes through experts: transformers' rule.
+    pub fn is_sparse(&self, i: usize) -> bool {
+        self.num_experts > 0
+            && !self.mlp_only_layers.contains(&i)
+            && (i + 1).is_multiple_of(self.decoder_sparse_step.max(1))
+    }
 }
 
 /// Resolved hyper-parameters; everything the forward pass needs, with defaults filled in.
@@ -71,6 +101,8 @@ pub struct Config {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// Qwen3-MoE's experts; `None` for dense models.
+    pub moe: Option<MoeConfig>,
 }
 
 /// `eos_token_id` is an int in most configs and a list in Llama 3.1's.
@@ -113,6 +145,19 @@ pub struct HfConfig {
     pub bos_token_id: Option<u32>,
     #[serde(default)]
     eos_token_id: Option<OneOrMany>,
+    /// transformers 5 writes `num_local_experts`; Hub checkpoints have `num_experts`.
+    #[serde(default, alias = "num_local_experts")]
+    pub num_experts: Option<usize>,
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub norm_topk_prob: Option<bool>,
+    #[serde(default)]
+    pub decoder_sparse_step: Option<usize>,
+    #[serde(default)]
+    pub mlp_only_layers: Vec<usize>,
 }
 
 impl Config {
@@ -191,6 +236,31 @@ impl Config {
             Some(OneOrMany::One(id)) => vec![id],
             Some(OneOrMany::Many(ids)) => ids,
         };
+        let moe = match architecture {
+            Architecture::Qwen3Moe => {
+                let need = |v: Option<usize>, key: &str| {
+                    v.filter(|&n| n > 0)
+                        .ok_or_else(|| bad(format!("`{key}` must be set and > 0 for Qwen3-MoE")))
+                };
+                let moe = MoeConfig {
+                    num_experts: need(hf.num_experts, "num_experts")?,
+                    num_experts_per_tok: need(hf.num_experts_per_tok, "num_experts_per_tok")?,
+                    moe_intermediate_size: need(hf.moe_intermediate_size, "moe_intermediate_size")?,
+                    // transformers' Qwen3MoeConfig default; the released checkpoints set true.
+                    norm_topk_prob: hf.norm_topk_prob.unwrap_or(false),
+                    decoder_sparse_step: hf.decoder_sparse_step.unwrap_or(1).max(1),
+                    mlp_only_layers: hf.mlp_only_layers.clone(),
+                };
+                if moe.num_experts_per_tok > moe.num_experts {
+                    return Err(bad(format!(
+                        "num_experts_per_tok {} exceeds num_experts {}",
+                        moe.num_experts_per_tok, moe.num_experts
+                    )));
+                }
+                Some(moe)
+            }
+            _ => None,
+        };
         Ok(Self {
             architecture,
             vocab_size: hf.vocab_size,
@@ -207,6 +277,7 @@ impl Config {
             tie_word_embeddings: hf.tie_word_embeddings,
             bos_token_id: hf.bos_token_id,
             eos_token_ids,
+            moe,
         })
     }
 
@@ -269,11 +340,36 @@ impl Config {
                 })?,
         };
         let token = |key: &str| metadata.get(key).and_then(value_to_u64).map(|n| n as u32);
+        let feed_forward_length = get_usize("feed_forward_length")?;
+        let moe = match architecture {
+            Architecture::Qwen3Moe => {
+                let num_experts_per_tok = get_usize("expert_used_count")?;
+                let num_experts = get_usize("expert_count")?;
+                if num_experts_per_tok == 0 || num_experts_per_tok > num_experts {
+                    return Err(bad(format!(
+                        "expert_used_count {num_experts_per_tok} must be in 1..={num_experts}"
+                    )));
+                }
+                Some(MoeConfig {
+                    num_experts,
+                    num_experts_per_tok,
+                    // llama.cpp's fallback when the key is absent.
+                    moe_intermediate_size: get_usize("expert_feed_forward_length")
+                        .unwrap_or(feed_forward_length / num_experts_per_tok),
+                    // llama.cpp's qwen3moe graph always renormalizes the chosen weights.
+                    norm_topk_prob: true,
+                    decoder_sparse_step: 1,
+                    // Set from which layers have a router (`from_gguf_content`).
+                    mlp_only_layers: Vec::new(),
+                })
+            }
+            _ => None,
+        };
         Ok(Self {
             architecture,
             vocab_size,
             hidden_size,
-            intermediate_size: get_usize("feed_forward_length")?,
+            intermediate_size: feed_forward_length,
             num_hidden_layers: get_usize("block_count")?,
             num_attention_heads,
             num_key_value_heads,
@@ -289,7 +385,32 @@ impl Config {
             tie_word_embeddings: false,
             bos_token_id: token("tokenizer.ggml.bos_token_id"),
             eos_token_ids: token("tokenizer.ggml.eos_token_id").into_iter().collect(),
+            moe,
         })
+    }
+
+    /// [`Config::from_gguf`] completed from the tensor index: the embedding table is the
+    /// authority on the vocabulary size (Qwen GGUFs pad it beyond the tokenizer's list and do not
+    /// always write `{arch}.vocab_size`), and a Qwen3-MoE layer without a router
+    /// (`ffn_gate_inp`) is a dense one. llama.cpp's own qwen3moe graph makes every layer sparse;
+    /// this reads what transformers' `mlp_only_layers` would have written.
+    pub fn from_gguf_content(content: &gguf_file::Content, source_name: &str) -> Result<Self> {
+        let mut cfg = Self::from_gguf(&content.metadata, source_name)?;
+        if let Some(info) = content.tensor_infos.get("token_embd.weight") {
+            if let [rows, _] = info.shape.dims() {
+                cfg.vocab_size = *rows;
+            }
+        }
+        if let Some(moe) = cfg.moe.as_mut() {
+            moe.mlp_only_layers = (0..cfg.num_hidden_layers)
+                .filter(|i| {
+                    !content
+                        .tensor_infos
+                        .contains_key(&format!("blk.{i}.ffn_gate_inp.weight"))
+                })
+                .collect();
+        }
+        Ok(cfg)
     }
 
     /// Real shapes of well-known models, for `--random-init`: lets the agent loop and benchmarks
@@ -311,8 +432,26 @@ impl Config {
             tie_word_embeddings: tied,
             bos_token_id: Some(151_643),
             eos_token_ids: vec![151_645, 151_643],
+            moe: None,
+        };
+        let qwen3_moe = |hidden, layers, heads, kv_heads, experts, used, expert_width| Self {
+            architecture: Architecture::Qwen3Moe,
+            num_key_value_heads: kv_heads,
+            moe: Some(MoeConfig {
+                num_experts: experts,
+                num_experts_per_tok: used,
+                moe_intermediate_size: expert_width,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: Vec::new(),
+            }),
+            ..qwen3(hidden, 6144, layers, heads, false)
         };
         match name {
+            // Qwen3-30B-A3B's config.json: 128 experts of width 768, 8 per token, every layer sparse.
+            "qwen3-30b-a3b" => Ok(qwen3_moe(2048, 48, 32, 4, 128, 8, 768)),
+            // The same design at a size a CPU runs in seconds (scripts/gpu-check.sh off a GPU).
+            "qwen3-moe-mini" => Ok(qwen3_moe(1024, 8, 16, 4, 32, 4, 384)),
             "qwen3-0.6b" => Ok(qwen3(1024, 3072, 28, 16, true)),
             "qwen3-4b" => Ok(qwen3(2560, 9728, 36, 32, true)),
             "qwen3-8b" => Ok(qwen3(4096, 12288, 36, 32, false)),
@@ -348,6 +487,7 @@ impl Config {
                 tie_word_embeddings: false,
                 bos_token_id: Some(128_000),
                 eos_token_ids: vec![128_001, 128_008, 128_009],
+                moe: None,
             }),
             other => Err(EngineError::UnknownPreset(other.to_string())),
         }
@@ -443,6 +583,8 @@ mod tests {
             "qwen3-8b",
             "qwen2.5-0.5b",
             "llama-3.1-8b",
+            "qwen3-30b-a3b",
+            "qwen3-moe-mini",
         ] {
             let cfg = Config::preset(name).unwrap();
             assert_eq!(

@@ -27,7 +27,7 @@ pub enum EngineError {
     },
     #[error("bad model config ({source_name}): {detail}")]
     BadConfig { source_name: String, detail: String },
-    #[error("unsupported model architecture `{0}` (supported: Qwen3ForCausalLM / qwen3, Qwen2ForCausalLM / qwen2, LlamaForCausalLM / llama)")]
+    #[error("unsupported model architecture `{0}` (supported: Qwen3ForCausalLM / qwen3, Qwen3MoeForCausalLM / qwen3moe, Qwen2ForCausalLM / qwen2, LlamaForCausalLM / llama)")]
     UnsupportedArchitecture(String),
     #[error("tensor `{tensor}` uses quantization type {dtype}, which is not supported (supported: Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16, F32)")]
     UnsupportedQuantType { tensor: String, dtype: String },

@@ -3,7 +3,7 @@
 //!
 //! - [`config`]: hyper-parameters from HF `config.json`, GGUF metadata, or presets.
 //! - [`load`]: building a [`Model`] from a checkpoint directory, a GGUF file, or random weights.
-//! - [`model`]: the Qwen3 / Llama forward pass with chunked prefill, plus batched last-token
+//! - [`model`]: the Qwen3 / Qwen3-MoE / Qwen2 / Llama forward pass with chunked prefill, plus batched last-token
 //!   hidden states for embedding and reranker heads.
 //! - [`kv_cache`], [`prefix_cache`]: caller-owned KV and the LRU store of prompt prefixes.
 //! - [`batch`]: continuous batching (many sequences per step, each bit for bit as alone) and a
@@ -36,6 +36,7 @@ pub mod config;
 pub(crate) mod cpu;
 pub mod device;
 pub mod error;
+pub(crate) mod ffn;
 pub mod generate;
 pub mod hub;
 pub mod kv_cache;
@@ -47,7 +48,7 @@ pub mod prefix_cache;
 pub mod rope;
 
 pub use batch::{BatchOptions, Batcher, Completion, EngineHandle, Request};
-pub use config::{Architecture, Config};
+pub use config::{Architecture, Config, MoeConfig};
 pub use device::{free_memory, parse_bytes, parse_dtype, DeviceMap};
 pub use error::EngineError;
 pub use generate::{

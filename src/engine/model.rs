@@ -12,6 +12,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::config::{Architecture, Config};
 use super::error::{EngineError, Result};
+use super::ffn::FeedForward;
 use super::kv_cache::KvCache;
 pub(crate) use super::linear::{DecodeRows, Linear};
 use super::rope::Rope;
@@ -34,9 +35,7 @@ pub(crate) struct Layer {
     pub q_norm: Option<Tensor>,
     pub k_norm: Option<Tensor>,
     pub ffn_norm: Tensor,
-    pub gate: Linear,
-    pub up: Linear,
-    pub down: Linear,
+    pub ffn: FeedForward,
     pub device: Device,
 }
 
@@ -422,8 +421,7 @@ impl Model {
         project: impl Fn(&Linear, &Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
         let h = candle_nn::ops::rms_norm(x, &l.ffn_norm, self.cfg.rms_norm_eps as f32)?;
-        let mlp = (candle_nn::ops::silu(&project(&l.gate, &h)?)? * project(&l.up, &h)?)?;
-        Ok((x + project(&l.down, &mlp)?)?)
+        Ok((x + l.ffn.forward(&h, &project)?)?)
     }
 
     pub fn architecture(&self) -> Architecture {

@@ -145,7 +145,7 @@ fn read_gguf_facts(path: &Path) -> Result<ModelFacts> {
 
 /// Facts of a GGUF whose header `content` was already read (by the loader, so it is read once).
 pub(crate) fn gguf_facts(path: &Path, content: &gguf_file::Content) -> Result<ModelFacts> {
-    let config = Config::from_gguf(&content.metadata, &path.display().to_string())?;
+    let config = Config::from_gguf_content(content, &path.display().to_string())?;
     let mut tensors: Vec<TensorFacts> = content
         .tensor_infos
         .iter()
@@ -290,17 +290,31 @@ fn preset_tensors(c: &Config) -> Vec<TensorFacts> {
         ));
     }
     for i in 0..c.num_hidden_layers {
-        for (part, elements) in [
-            ("self_attn.q_proj", h * q),
-            ("self_attn.k_proj", h * kv),
-            ("self_attn.v_proj", h * kv),
-            ("self_attn.o_proj", q * h),
-            ("mlp.gate_proj", h * inter),
-            ("mlp.up_proj", h * inter),
-            ("mlp.down_proj", inter * h),
-            ("input_layernorm", h),
-            ("post_attention_layernorm", h),
-        ] {
+        let mut parts = vec![
+            ("self_attn.q_proj".to_string(), h * q),
+            ("self_attn.k_proj".into(), h * kv),
+            ("self_attn.v_proj".into(), h * kv),
+            ("self_attn.o_proj".into(), q * h),
+            ("input_layernorm".into(), h),
+            ("post_attention_layernorm".into(), h),
+        ];
+        match &c.moe {
+            Some(moe) if moe.is_sparse(i) => {
+                let width = moe.moe_intermediate_size as u64;
+                parts.push(("mlp.gate".into(), moe.num_experts as u64 * h));
+                for e in 0..moe.num_experts {
+                    for proj in ["gate_proj", "up_proj", "down_proj"] {
+                        parts.push((format!("mlp.experts.{e}.{proj}"), h * width));
+                    }
+                }
+            }
+            _ => {
+                for proj in ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] {
+                    parts.push((proj.into(), h * inter));
+                }
+            }
+        }
+        for (part, elements) in parts {
             out.push(tensor(
                 format!("model.layers.{i}.{part}.weight"),
                 elements,

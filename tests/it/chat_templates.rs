@@ -3,12 +3,11 @@
 //! `tests/fixtures/chat_templates.json` holds the Qwen3, Llama 3 and Llama 3.2 templates and
 //! transformers' renderings (made by `tests/fixtures/make_chat_fixtures.py`).
 
-use std::path::PathBuf;
 
 use tableseek::engine::{ChatMessage, ChatTemplate, ChatTemplateError, TemplateOptions};
 
 fn fixture() -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates.json");
+    let path = crate::common::fixtures_dir().join("chat_templates.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
@@ -105,7 +104,7 @@ fn template_errors_are_reported_not_panicked() {
     let err = ChatTemplate::new("{% for m in messages %}", None, None).unwrap_err();
     assert!(matches!(err, ChatTemplateError::Compile(_)), "{err}");
 
-    let missing = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/no-such.json");
+    let missing = crate::common::fixtures_dir().join("no-such.json");
     let err = ChatTemplate::from_tokenizer_config(&missing).unwrap_err();
     assert!(err.to_string().contains("no-such.json"), "{err}");
 }

@@ -15,6 +15,12 @@ pub fn shared_dir() -> PathBuf {
     env_or_repo("TABLESEEK_SHARED", "../shared")
 }
 
+/// The repository's own fixtures (`tests/fixtures`, or `$TABLESEEK_FIXTURES` where the test
+/// binary runs away from its build tree, as on the GPU machine).
+pub fn fixtures_dir() -> PathBuf {
+    env_or_repo("TABLESEEK_FIXTURES", "tests/fixtures")
+}
+
 pub fn models_dir() -> PathBuf {
     env_or_repo("TABLESEEK_MODELS", "models")
 }

@@ -18,11 +18,11 @@ fn fixtures() -> Option<PathBuf> {
     crate::common::existing(crate::common::shared_dir().join("reference/tiny-models"))
 }
 
-fn load_st(path: PathBuf) -> HashMap<String, Tensor> {
+pub(crate) fn load_st(path: PathBuf) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(&path, &Device::Cpu).unwrap()
 }
 
-fn ids(t: &Tensor) -> Vec<u32> {
+pub(crate) fn ids(t: &Tensor) -> Vec<u32> {
     t.to_dtype(DType::I64)
         .unwrap()
         .to_vec1::<i64>()
@@ -32,7 +32,7 @@ fn ids(t: &Tensor) -> Vec<u32> {
         .collect()
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
     (a - b)
         .unwrap()
@@ -49,7 +49,7 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 /// The device under test: `cpu` unless `TABLESEEK_TEST_DEVICE` names another (`cuda:0`, used by
 /// scripts/gpu-check.sh); `slots` > 1 splits the layers over that many copies of it (`cuda:0,0`
 /// on one GPU exercises the same boundary code as two).
-fn test_devices(slots: usize) -> DeviceMap {
+pub(crate) fn test_devices(slots: usize) -> DeviceMap {
     // `TABLESEEK_TEST_SPLIT=cuda:0,cpu` checks a split across device kinds instead.
     if slots == 2 {
         if let Ok(spec) = std::env::var("TABLESEEK_TEST_SPLIT") {
@@ -75,14 +75,14 @@ fn test_devices(slots: usize) -> DeviceMap {
     DeviceMap::parse(&spec, Some(&split)).unwrap()
 }
 
-fn load(spec: PathBuf, devices: &DeviceMap, chunk: usize) -> Model {
+pub(crate) fn load(spec: PathBuf, devices: &DeviceMap, chunk: usize) -> Model {
     // f32 everywhere (CUDA would default to bf16): parity is checked at f32 tolerance.
     let mut model = Model::load(&ModelSpec::Path(spec), devices, Some(DType::F32)).unwrap();
     model.set_prefill_chunk(chunk);
     model
 }
 
-fn greedy(model: Model, prompt: &[u32], n: usize) -> Vec<u32> {
+pub(crate) fn greedy(model: Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut generator = Generator::new(model);
     let opts = GenerateOptions {
         max_new_tokens: n,
@@ -100,7 +100,7 @@ fn check_hf(name: &str) {
     check_hf_dir(name, dir.join(name));
 }
 
-fn check_hf_dir(name: &str, dir: PathBuf) {
+pub(crate) fn check_hf_dir(name: &str, dir: PathBuf) {
     let expected = load_st(dir.join("expected.safetensors"));
     let input = ids(&expected["input_ids"]);
     for (chunk, devices) in [
@@ -123,7 +123,10 @@ fn check_hf_dir(name: &str, dir: PathBuf) {
         assert!(max_abs_diff(&hidden, &expected["last_hidden"]) <= TOL);
     }
     let split = load(dir.clone(), &test_devices(2), 16);
-    assert_eq!(split.layer_devices().len(), 2);
+    assert_eq!(
+        split.layer_devices().len(),
+        split.config().num_hidden_layers
+    );
 
     // Incremental decoding matches transformers' KV-cache decode step by step.
     let model = load(dir.clone(), &test_devices(1), 16);
@@ -148,7 +151,7 @@ fn tiny_qwen3_matches_transformers() {
 /// (`tests/fixtures/make_tiny_qwen2.py` made it with transformers).
 #[test]
 fn tiny_qwen2_matches_transformers() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2");
+    let dir = crate::common::fixtures_dir().join("tiny-qwen2");
     check_hf_dir("tiny-qwen2", dir);
 }
 

@@ -21,6 +21,7 @@ mod corpus_serialize;
 mod engine_batch;
 mod engine_errors;
 mod engine_gguf;
+mod engine_moe;
 mod engine_parity;
 mod engine_plan;
 mod engine_qwen25;

@@ -60,8 +60,7 @@ fn tiny_dir() -> Option<PathBuf> {
 }
 
 fn fixture() -> Fixture {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_retrieval.json");
+    let path = crate::common::fixtures_dir().join("qwen3_retrieval.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 

@@ -156,10 +156,7 @@ fn qwen3_gguf_rebuild_matches_tokenizer_json_and_transformers() {
 
     // The transformers fixture's token ids for every Qwen3 rendering.
     let fixture: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates.json"),
-        )
-        .unwrap(),
+        &std::fs::read(crate::common::fixtures_dir().join("chat_templates.json")).unwrap(),
     )
     .unwrap();
     let mut checked = 0;

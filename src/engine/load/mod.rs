@@ -11,7 +11,6 @@ use std::sync::Arc;
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
-use rayon::prelude::*;
 
 use super::config::{Architecture, Config};
 use super::cpu::q4::Q41Rows;
@@ -24,6 +23,12 @@ use super::error::{EngineError, Result};
 use super::model::{DecodeRows, Layer, Linear, Model, DEFAULT_PREFILL_CHUNK};
 use super::plan::{gguf_facts, MemoryPlan, ModelFacts};
 use super::rope::{Rope, RopeLayout};
+
+mod layers;
+mod random;
+
+use layers::{build_layer, WeightSource, GGUF_NAMES, HF_NAMES};
+use random::load_random;
 
 /// Where a model's weights come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -465,6 +470,11 @@ impl GgufWeights {
 
     fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
         let q = self.qtensor(name, &[out, inp], device)?;
+        self.linear_from(q, out, inp, device)
+    }
+
+    /// A projection from stored blocks `[out, inp]`, held as the weights mode says.
+    fn linear_from(&self, q: QTensor, out: usize, inp: usize, device: &Device) -> Result<Linear> {
         let block_quantized =
             !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
         if block_quantized && self.quantized != QuantizedWeights::AsStored {
@@ -527,18 +537,88 @@ impl GgufWeights {
     }
 }
 
+impl WeightSource for StWeights {
+    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        self.get(name, shape, device)
+    }
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
+        StWeights::linear(self, name, out, inp, device)
+    }
+    fn has(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+    fn stacked(
+        &self,
+        name: &str,
+        n: usize,
+        total_rows: usize,
+        rows: std::ops::Range<usize>,
+        inp: usize,
+        device: &Device,
+    ) -> Result<Vec<Linear>> {
+        let all = self.get(name, &[n, total_rows, inp], device)?;
+        (0..n)
+            .map(|e| {
+                let part = all.get(e)?.narrow(0, rows.start, rows.len())?;
+                Ok(Linear::new(QMatMul::Tensor(part.contiguous()?)))
+            })
+            .collect()
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        self.dense(name, shape, device)
+    }
+    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
+        GgufWeights::linear(self, name, out, inp, device)
+    }
+    fn has(&self, name: &str) -> bool {
+        GgufWeights::has(self, name)
+    }
+    /// Each expert's rows sliced out of the stacked blocks as stored: a quantized expert is
+    /// never expanded, and each gets its own kernels' copy (see `linear_from`).
+    fn stacked(
+        &self,
+        name: &str,
+        n: usize,
+        total_rows: usize,
+        rows: std::ops::Range<usize>,
+        inp: usize,
+        device: &Device,
+    ) -> Result<Vec<Linear>> {
+        let all = self.qtensor(name, &[n, total_rows, inp], &Device::Cpu)?;
+        let dtype = all.dtype();
+        if !inp.is_multiple_of(dtype.block_size()) {
+            return Err(EngineError::BadTensorShape {
+                name: name.to_string(),
+                expected: vec![n, total_rows, inp.next_multiple_of(dtype.block_size())],
+                actual: vec![n, total_rows, inp],
+            });
+        }
+        let row_bytes = inp / dtype.block_size() * dtype.type_size();
+        let data = all.data()?;
+        (0..n)
+            .map(|e| {
+                let start = (e * total_rows + rows.start) * row_bytes;
+                let bytes = &data[start..start + rows.len() * row_bytes];
+                let expert = candle_core::quantized::ggml_file::qtensor_from_ggml(
+                    dtype,
+                    bytes,
+                    vec![rows.len(), inp],
+                    device,
+                )?;
+                self.linear_from(expert, rows.len(), inp, device)
+            })
+            .collect()
+    }
+}
+
 fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, opts: &LoadOptions) -> Result<Model> {
     let content = read_gguf(path)?;
     check_fits(&gguf_facts(path, &content)?, devices, opts)?;
     let quantized = opts.quantized;
-    let mut cfg = Config::from_gguf(&content.metadata, &path.display().to_string())?;
-    // The embedding table is the authority on the vocabulary size: Qwen GGUFs pad it beyond the
-    // tokenizer's list and do not always write `{arch}.vocab_size`.
-    if let Some(info) = content.tensor_infos.get("token_embd.weight") {
-        if let [rows, _] = info.shape.dims() {
-            cfg.vocab_size = *rows;
-        }
-    }
+    let mut cfg = Config::from_gguf_content(&content, &path.display().to_string())?;
     let file = File::open(path).map_err(io_err(path))?;
     let w = GgufWeights {
         content,
@@ -550,7 +630,7 @@ fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, opts: &LoadOptions)
     // llama.cpp's converter permutes llama q/k rows for its interleaved RoPE; the Qwens use NEOX.
     let layout = match cfg.architecture {
         Architecture::Llama => RopeLayout::Interleaved,
-        Architecture::Qwen3 | Architecture::Qwen2 => RopeLayout::Halves,
+        Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Qwen2 => RopeLayout::Halves,
     };
     let rope = if w.has("rope_freqs.weight") {
         let factors: Vec<f32> = w
@@ -579,245 +659,6 @@ fn load_gguf(path: &Path, devices: &DeviceMap, dtype: DType, opts: &LoadOptions)
         Ends {
             embed,
             norm,
-            lm_head,
-        },
-        layer,
-    )
-}
-
-// ---------------------------------------------------------------- random init
-
-/// SplitMix64: tiny, seedable, and identical on every platform, so a preset + seed always gives
-/// the same weights.
-/// What a decoder layer needs from a checkpoint, whatever its file format.
-trait WeightSource {
-    /// A dense tensor (norm weights) in the activation dtype.
-    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor>;
-    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear>;
-}
-
-impl WeightSource for StWeights {
-    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
-        self.get(name, shape, device)
-    }
-    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
-        StWeights::linear(self, name, out, inp, device)
-    }
-}
-
-impl WeightSource for GgufWeights {
-    fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
-        self.dense(name, shape, device)
-    }
-    fn linear(&self, name: &str, out: usize, inp: usize, device: &Device) -> Result<Linear> {
-        GgufWeights::linear(self, name, out, inp, device)
-    }
-}
-
-/// Tensor names of one decoder layer: a per-layer prefix and the suffix of each weight.
-struct LayerNames {
-    prefix: &'static str,
-    attn_norm: &'static str,
-    q: &'static str,
-    k: &'static str,
-    v: &'static str,
-    o: &'static str,
-    q_norm: &'static str,
-    k_norm: &'static str,
-    q_bias: &'static str,
-    k_bias: &'static str,
-    v_bias: &'static str,
-    ffn_norm: &'static str,
-    gate: &'static str,
-    up: &'static str,
-    down: &'static str,
-}
-
-const HF_NAMES: LayerNames = LayerNames {
-    prefix: "model.layers",
-    attn_norm: "input_layernorm.weight",
-    q: "self_attn.q_proj.weight",
-    k: "self_attn.k_proj.weight",
-    v: "self_attn.v_proj.weight",
-    o: "self_attn.o_proj.weight",
-    q_norm: "self_attn.q_norm.weight",
-    k_norm: "self_attn.k_norm.weight",
-    q_bias: "self_attn.q_proj.bias",
-    k_bias: "self_attn.k_proj.bias",
-    v_bias: "self_attn.v_proj.bias",
-    ffn_norm: "post_attention_layernorm.weight",
-    gate: "mlp.gate_proj.weight",
-    up: "mlp.up_proj.weight",
-    down: "mlp.down_proj.weight",
-};
-
-const GGUF_NAMES: LayerNames = LayerNames {
-    prefix: "blk",
-    attn_norm: "attn_norm.weight",
-    q: "attn_q.weight",
-    k: "attn_k.weight",
-    v: "attn_v.weight",
-    o: "attn_output.weight",
-    q_norm: "attn_q_norm.weight",
-    k_norm: "attn_k_norm.weight",
-    q_bias: "attn_q.bias",
-    k_bias: "attn_k.bias",
-    v_bias: "attn_v.bias",
-    ffn_norm: "ffn_norm.weight",
-    gate: "ffn_gate.weight",
-    up: "ffn_up.weight",
-    down: "ffn_down.weight",
-};
-
-fn build_layer(
-    w: &impl WeightSource,
-    names: &LayerNames,
-    cfg: &Config,
-    i: usize,
-    d: &Device,
-) -> Result<Layer> {
-    let (h, hd, ff) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-    let (qd, kvd) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
-    let name = |suffix: &str| format!("{}.{i}.{suffix}", names.prefix);
-    let qk_norm = |suffix: &str| -> Result<Option<Tensor>> {
-        match cfg.architecture.qk_norm() {
-            true => Ok(Some(w.tensor(&name(suffix), &[hd], d)?)),
-            false => Ok(None),
-        }
-    };
-    let biased = |weight: &str, bias: &str, out: usize| -> Result<Linear> {
-        let linear = w.linear(&name(weight), out, h, d)?;
-        match cfg.architecture.qkv_bias() {
-            true => Ok(linear.with_bias(w.tensor(&name(bias), &[out], d)?)),
-            false => Ok(linear),
-        }
-    };
-    Ok(Layer {
-        attn_norm: w.tensor(&name(names.attn_norm), &[h], d)?,
-        q: biased(names.q, names.q_bias, qd)?,
-        k: biased(names.k, names.k_bias, kvd)?,
-        v: biased(names.v, names.v_bias, kvd)?,
-        o: w.linear(&name(names.o), h, qd, d)?,
-        q_norm: qk_norm(names.q_norm)?,
-        k_norm: qk_norm(names.k_norm)?,
-        ffn_norm: w.tensor(&name(names.ffn_norm), &[h], d)?,
-        gate: w.linear(&name(names.gate), ff, h, d)?,
-        up: w.linear(&name(names.up), ff, h, d)?,
-        down: w.linear(&name(names.down), h, ff, d)?,
-        device: d.clone(),
-    })
-}
-
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Uniform weights with standard deviation 0.02 (HF's initializer range), generated in
-/// independently seeded blocks so rayon can fill large tensors in parallel deterministically.
-fn random_tensor(
-    name: &str,
-    shape: &[usize],
-    seed: u64,
-    dtype: DType,
-    device: &Device,
-) -> Result<Tensor> {
-    const BLOCK: usize = 1 << 16;
-    let mut name_seed = seed;
-    for b in name.bytes() {
-        name_seed = splitmix(&mut name_seed) ^ b as u64;
-    }
-    let n: usize = shape.iter().product();
-    let half_width = 0.02f32 * 3f32.sqrt();
-    let mut data = vec![0f32; n];
-    data.par_chunks_mut(BLOCK)
-        .enumerate()
-        .for_each(|(i, block)| {
-            let mut s = name_seed ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
-            for x in block {
-                let u = (splitmix(&mut s) >> 40) as f32 / (1u64 << 24) as f32;
-                *x = (2.0 * u - 1.0) * half_width;
-            }
-        });
-    Ok(Tensor::from_vec(data, shape, &Device::Cpu)?
-        .to_dtype(dtype)?
-        .to_device(device)?)
-}
-
-fn load_random(cfg: &Config, seed: u64, devices: &DeviceMap, dtype: DType) -> Result<Model> {
-    let (h, kvd, qd, ff) = (
-        cfg.hidden_size,
-        cfg.num_key_value_heads * cfg.head_dim,
-        cfg.num_attention_heads * cfg.head_dim,
-        cfg.intermediate_size,
-    );
-    let ones = |n: usize, d: &Device| -> Result<Tensor> { Ok(Tensor::ones(n, dtype, d)?) };
-    let lin = |name: &str, out: usize, inp: usize, d: &Device| -> Result<Linear> {
-        Ok(Linear::new(QMatMul::Tensor(random_tensor(
-            name,
-            &[out, inp],
-            seed,
-            dtype,
-            d,
-        )?)))
-    };
-    let embed = random_tensor("embed", &[cfg.vocab_size, h], seed, dtype, devices.first())?;
-    let last = devices.last();
-    let lm_head = if cfg.tie_word_embeddings {
-        Linear::new(QMatMul::Tensor(embed.to_device(last)?))
-    } else {
-        lin("lm_head", cfg.vocab_size, h, last)?
-    };
-    let qwen3 = cfg.architecture.qk_norm();
-    let biased = |name: &str, out: usize, d: &Device| -> Result<Linear> {
-        let linear = lin(name, out, h, d)?;
-        match cfg.architecture.qkv_bias() {
-            true => Ok(linear.with_bias(random_tensor(
-                &format!("{name}.bias"),
-                &[out],
-                seed,
-                dtype,
-                d,
-            )?)),
-            false => Ok(linear),
-        }
-    };
-    let layer = |i: usize, d: &Device| -> Result<Layer> {
-        Ok(Layer {
-            attn_norm: ones(h, d)?,
-            q: biased(&format!("{i}.q"), qd, d)?,
-            k: biased(&format!("{i}.k"), kvd, d)?,
-            v: biased(&format!("{i}.v"), kvd, d)?,
-            o: lin(&format!("{i}.o"), h, qd, d)?,
-            q_norm: if qwen3 {
-                Some(ones(cfg.head_dim, d)?)
-            } else {
-                None
-            },
-            k_norm: if qwen3 {
-                Some(ones(cfg.head_dim, d)?)
-            } else {
-                None
-            },
-            ffn_norm: ones(h, d)?,
-            gate: lin(&format!("{i}.gate"), ff, h, d)?,
-            up: lin(&format!("{i}.up"), ff, h, d)?,
-            down: lin(&format!("{i}.down"), h, ff, d)?,
-            device: d.clone(),
-        })
-    };
-    let rope = Rope::from_config(cfg, RopeLayout::Halves);
-    assemble(
-        cfg.clone(),
-        devices,
-        dtype,
-        rope,
-        Ends {
-            embed,
-            norm: ones(h, last)?,
             lm_head,
         },
         layer,
