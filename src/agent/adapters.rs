@@ -6,8 +6,15 @@ use std::time::Instant;
 
 use super::fit::{cap_text, PromptBudget};
 use super::SearchSpace;
-use super::{AgentError, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, RankedTable, Role};
+use super::{
+    AgentError, Candidates, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, RankedTable, Role,
+};
 use crate::corpus::Corpus;
+use crate::retrieve::bm25::{Bm25Builder, Bm25Index};
+use crate::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K};
+
+/// Weights of the pattern ranking and of BM25 in [`Candidates::Hybrid`]: equal, plain RRF.
+pub const HYBRID_WEIGHTS: (f64, f64) = (1.0, 1.0);
 use crate::engine::{self, ChatModel, ChatOptions};
 use crate::grep::{self, PatternSet, PreviewOptions};
 
@@ -15,12 +22,17 @@ use crate::grep::{self, PatternSet, PreviewOptions};
 /// the model's context window; the cut is marked in the text.
 pub const DEFAULT_MAX_TABLE_CHARS: usize = 16_000;
 
-/// A loaded corpus searched by the grep stage.
+/// BM25 hits fused with the pattern ranking: deeper than any pool refine is shown.
+const BM25_POOL: usize = 100;
+
+/// A loaded corpus searched by the grep stage, alone or fused with BM25 ([`Candidates`]).
 pub struct CorpusSpace<'a> {
     corpus: &'a Corpus,
     max_table_chars: usize,
     // The loop asks for a ranking and then previews under the same patterns: compile them once.
     compiled: Mutex<Option<PatternSet>>,
+    candidates: Candidates,
+    bm25: Option<Bm25Index>,
 }
 
 impl<'a> CorpusSpace<'a> {
@@ -29,12 +41,64 @@ impl<'a> CorpusSpace<'a> {
             corpus,
             max_table_chars: DEFAULT_MAX_TABLE_CHARS,
             compiled: Mutex::new(None),
+            candidates: Candidates::Grep,
+            bm25: None,
         }
     }
 
     pub fn max_table_chars(mut self, max_table_chars: usize) -> Self {
         self.max_table_chars = max_table_chars;
         self
+    }
+
+    /// Ranks candidates by `candidates`; BM25 (Okapi, over each table's text as QA reads it)
+    /// is indexed here, once per space.
+    pub fn candidates(mut self, candidates: Candidates) -> Result<Self, AgentError> {
+        self.candidates = candidates;
+        if candidates != Candidates::Grep && self.bm25.is_none() {
+            let texts: Vec<String> = (0..self.corpus.len())
+                .map(|i| cap_text(self.corpus.text(i), self.max_table_chars))
+                .collect();
+            let index = Bm25Builder::okapi()
+                .build(&texts)
+                .map_err(|e| AgentError::InvalidConfig(format!("BM25 index: {e}")))?;
+            self.bm25 = Some(index);
+        }
+        Ok(self)
+    }
+
+    fn grep_ranking(&self, patterns: &[String]) -> Vec<RankedTable> {
+        self.with_patterns(patterns, |set| {
+            grep::rank(self.corpus, set)
+                .into_iter()
+                .take_while(|hit| hit.score > 0.0)
+                .map(|hit| RankedTable {
+                    table: hit.table,
+                    score: f64::from(hit.score),
+                })
+                .collect()
+        })
+    }
+
+    /// BM25 over the query's words and the patterns' (a pattern's regex syntax splits into
+    /// words like any other text).
+    fn bm25_ranking(&self, query: &str, patterns: &[String]) -> Vec<RankedTable> {
+        let Some(index) = &self.bm25 else {
+            return Vec::new();
+        };
+        let text = std::iter::once(query)
+            .chain(patterns.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        index
+            .search(&text, BM25_POOL)
+            .into_iter()
+            .filter(|hit| hit.score > 0.0)
+            .map(|hit| RankedTable {
+                table: hit.doc,
+                score: hit.score,
+            })
+            .collect()
     }
 
     fn with_patterns<T>(&self, patterns: &[String], f: impl FnOnce(&PatternSet) -> T) -> T {
@@ -62,17 +126,40 @@ impl SearchSpace for CorpusSpace<'_> {
     /// refine previews in corpus order and look like a candidate (SmolLM2 on TabFact selected
     /// such fillers in most claims), and with none matched the refine prompt says so and asks
     /// for new patterns.
-    fn rank(&self, patterns: &[String]) -> Vec<RankedTable> {
-        self.with_patterns(patterns, |set| {
-            grep::rank(self.corpus, set)
-                .into_iter()
-                .take_while(|hit| hit.score > 0.0)
-                .map(|hit| RankedTable {
-                    table: hit.table,
-                    score: f64::from(hit.score),
-                })
-                .collect()
-        })
+    fn rank(&self, query: &str, patterns: &[String]) -> Vec<RankedTable> {
+        match self.candidates {
+            Candidates::Grep => self.grep_ranking(patterns),
+            Candidates::Bm25 => self.bm25_ranking(query, patterns),
+            Candidates::Hybrid => {
+                let grep: Vec<usize> = self
+                    .grep_ranking(patterns)
+                    .iter()
+                    .map(|r| r.table)
+                    .collect();
+                let bm25: Vec<usize> = self
+                    .bm25_ranking(query, patterns)
+                    .iter()
+                    .map(|r| r.table)
+                    .collect();
+                let lists = [
+                    RankedList {
+                        items: &grep,
+                        weight: HYBRID_WEIGHTS.0,
+                    },
+                    RankedList {
+                        items: &bm25,
+                        weight: HYBRID_WEIGHTS.1,
+                    },
+                ];
+                reciprocal_rank_fusion(&lists, DEFAULT_RRF_K)
+                    .into_iter()
+                    .map(|f| RankedTable {
+                        table: f.item,
+                        score: f.score,
+                    })
+                    .collect()
+            }
+        }
     }
 
     fn preview(
@@ -227,12 +314,54 @@ mod tests {
         ])
     }
 
+    /// The patterns miss (a misspelt name) but the query's words find the table: grep alone
+    /// ranks nothing, BM25 and hybrid rank it; where the patterns do hit, hybrid keeps their
+    /// table first and still holds BM25's other hits.
+    #[test]
+    fn hybrid_candidates_fuse_patterns_and_query_words() {
+        // BM25's idf needs a few tables besides the two that matter.
+        let mut tables: Vec<Table> = corpus().tables().to_vec();
+        for (i, word) in ["apples", "trains", "violins"].iter().enumerate() {
+            tables.push(Table {
+                id: format!("filler{i}.csv"),
+                source_format: SourceFormat::Csv,
+                header: vec!["item".into(), "count".into()],
+                rows: vec![vec![word.to_string(), "3".into()]],
+                meta: TableMeta::default(),
+            });
+        }
+        let corpus = Corpus::from_tables(tables);
+        let grep = CorpusSpace::new(&corpus);
+        let bm25 = CorpusSpace::new(&corpus)
+            .candidates(Candidates::Bm25)
+            .unwrap();
+        let hybrid = CorpusSpace::new(&corpus)
+            .candidates(Candidates::Hybrid)
+            .unwrap();
+        let missing = vec!["Murrey".to_string()];
+        let query = "How long is the Murray river?";
+        assert!(grep.rank(query, &missing).is_empty());
+        assert_eq!(bm25.rank(query, &missing)[0].table, 1);
+        let fused = hybrid.rank(query, &missing);
+        assert_eq!(fused.iter().map(|r| r.table).collect::<Vec<_>>(), vec![1]);
+
+        let hit = vec!["Canberra".to_string()];
+        let fused = hybrid.rank(query, &hit);
+        assert_eq!(
+            fused.iter().map(|r| r.table).collect::<Vec<_>>(),
+            vec![0, 1],
+            "the pattern's table, then the query's"
+        );
+        // The same inputs, the same ranking, scores included.
+        assert_eq!(fused, hybrid.rank(query, &hit));
+    }
+
     #[test]
     fn corpus_space_ranks_with_grep_and_keeps_ids_out_of_text() {
         let corpus = corpus();
         let space = CorpusSpace::new(&corpus);
         let patterns = vec!["canberra".to_string(), "capital".to_string()];
-        let ranked = space.rank(&patterns);
+        let ranked = space.rank("", &patterns);
         assert_eq!(ranked[0].table, 0);
         assert_eq!(ranked[0].score, 1.0);
         assert_eq!(space.table_id(0), "secret/capitals.csv");
@@ -247,7 +376,7 @@ mod tests {
     fn invalid_regex_from_the_model_is_searched_literally() {
         let corpus = corpus();
         let space = CorpusSpace::new(&corpus);
-        let ranked = space.rank(&["Canberra(".to_string()]);
+        let ranked = space.rank("", &["Canberra(".to_string()]);
         assert!(ranked.iter().all(|hit| hit.score == 0.0));
     }
 }

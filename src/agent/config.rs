@@ -214,6 +214,31 @@ pub struct Ablations {
     pub match_only_qa: bool,
 }
 
+/// Which ranking fills the candidate pool that refine sees (previews always come from the
+/// patterns).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Candidates {
+    /// The paper's: tables by the share of patterns they contain.
+    #[default]
+    Grep,
+    /// BM25 over the query and the patterns' words.
+    Bm25,
+    /// Reciprocal rank fusion of the two (`retrieve::fusion`): literal evidence the patterns
+    /// found, and the query's words where the patterns missed.
+    Hybrid,
+}
+
+impl Candidates {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Candidates::Grep => "grep",
+            Candidates::Bm25 => "bm25",
+            Candidates::Hybrid => "hybrid",
+        }
+    }
+}
+
 /// How QA reads a table for a `tableqa` query.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -286,6 +311,9 @@ pub struct AgentConfig {
     pub qa: QaMode,
     /// Under SQL QA: the answer is the rows, or a call phrases it from them.
     pub sql_answer: SqlAnswer,
+    /// The ranking behind the candidate pool; recorded here, applied by the search space
+    /// ([`super::adapters::CorpusSpace::candidates`]).
+    pub candidates: Candidates,
 }
 
 impl Default for AgentConfig {
@@ -302,6 +330,7 @@ impl Default for AgentConfig {
             widen_empty: true,
             qa: QaMode::Text,
             sql_answer: SqlAnswer::Rows,
+            candidates: Candidates::Grep,
         }
     }
 }
@@ -399,6 +428,11 @@ impl AgentConfigBuilder {
 
     pub fn qa(mut self, qa: QaMode) -> Self {
         self.config.qa = qa;
+        self
+    }
+
+    pub fn candidates(mut self, candidates: Candidates) -> Self {
+        self.config.candidates = candidates;
         self
     }
 

@@ -50,8 +50,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::engine::Grammar;
 pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
 pub use config::{
-    Ablations, AgentConfig, AgentConfigBuilder, Evidence, History, QaMode, SqlAnswer, Strategy,
-    TaskType,
+    Ablations, AgentConfig, AgentConfigBuilder, Candidates, Evidence, History, QaMode, SqlAnswer,
+    Strategy, TaskType,
 };
 pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};
@@ -231,9 +231,9 @@ pub struct RankedTable {
 
 /// What the agent needs from the corpus + grep stage.
 pub trait SearchSpace {
-    /// Tables ordered by score, best first; ties in a deterministic order. Tables that match
-    /// nothing may be left out.
-    fn rank(&self, patterns: &[String]) -> Vec<RankedTable>;
+    /// Tables ordered by score for `query` searched with `patterns`, best first; ties in a
+    /// deterministic order. Tables that match nothing may be left out.
+    fn rank(&self, query: &str, patterns: &[String]) -> Vec<RankedTable>;
     /// A structure-preserving preview: the table's head plus rows matched by `patterns`, sized by
     /// `evidence`; with `match_only` the matched rows alone (also what QA reads under the
     /// `match_only_qa` ablation). Must contain no ids, paths or titles.

@@ -247,7 +247,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
 
     /// Ranks with new patterns and records the round.
     fn search(&mut self, mut patterns: Vec<String>) {
-        self.ranking = self.space.rank(&patterns);
+        self.ranking = self.space.rank(self.query, &patterns);
         let mut widened = false;
         if self.ranking.is_empty() && self.config.widen_empty {
             let extra: Vec<String> = query_patterns(self.query)
@@ -256,7 +256,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 .collect();
             if !extra.is_empty() {
                 patterns.extend(extra);
-                self.ranking = self.space.rank(&patterns);
+                self.ranking = self.space.rank(self.query, &patterns);
                 widened = true;
                 debug!(
                     ?patterns,

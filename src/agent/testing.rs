@@ -198,7 +198,7 @@ fn compile(patterns: &[String]) -> Vec<Regex> {
 }
 
 impl SearchSpace for MemorySpace {
-    fn rank(&self, patterns: &[String]) -> Vec<RankedTable> {
+    fn rank(&self, _query: &str, patterns: &[String]) -> Vec<RankedTable> {
         let regexes = compile(patterns);
         if regexes.is_empty() {
             return Vec::new();

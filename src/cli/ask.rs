@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tableseek::agent::{
-    Ablations, Agent, AgentConfig, CorpusSpace, EngineLlm, Evidence, History, QaMode, SqlAnswer,
-    Strategy, TaskType, Trajectory,
+    Ablations, Agent, AgentConfig, Candidates, CorpusSpace, EngineLlm, Evidence, History, QaMode,
+    SqlAnswer, Strategy, TaskType, Trajectory,
 };
 use tableseek::corpus::{Corpus, LoadOptions};
 
@@ -57,6 +57,11 @@ pub struct AgentArgs {
     /// from the question, the SQL and the rows (`phrased`).
     #[arg(long, value_enum, default_value_t = SqlAnswer::Rows)]
     pub sql_answer: SqlAnswer,
+    /// The ranking behind refine's candidate pool: `grep` (share of patterns, the paper's),
+    /// `bm25` (the query's and the patterns' words), or `hybrid` (reciprocal rank fusion of the
+    /// two). Previews show the patterns' matched rows either way.
+    #[arg(long, value_enum, default_value_t = Candidates::Grep)]
+    pub candidates: Candidates,
     /// Ablation: from the first ranking straight to QA.
     #[arg(long)]
     pub no_refine: bool,
@@ -100,6 +105,7 @@ impl AgentArgs {
             .widen_empty(self.widen_empty.is_on())
             .qa(self.qa)
             .sql_answer(self.sql_answer)
+            .candidates(self.candidates)
             .build()?)
     }
 }
@@ -148,7 +154,7 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!corpus.is_empty(), "no tables in {}", args.corpus.display());
     let mut model = args.model.load()?;
     let mut config = args.agent.config(model.default_max_new_tokens())?;
-    let space = CorpusSpace::new(&corpus);
+    let space = CorpusSpace::new(&corpus).candidates(config.candidates)?;
     let mut llm = EngineLlm::new(&mut model)
         .enable_thinking(args.agent.enable_thinking)
         .constrain(args.agent.constrain.is_on());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 use tableseek::agent::tablerag::{SqlTables, TableRagConfig};
-use tableseek::agent::{CorpusSpace, EngineLlm, SqlAnswer, DEFAULT_MAX_TABLE_CHARS};
+use tableseek::agent::{Candidates, CorpusSpace, EngineLlm, SqlAnswer, DEFAULT_MAX_TABLE_CHARS};
 use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::engine::{parse_bytes, BatchOptions, ChatModel, DeviceMap};
 use tableseek::eval::shard::SHARD_KEY;
@@ -234,7 +234,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     }
     let dense = matches!(
         args.method,
-        Method::Dense | Method::Rerank | Method::Tablerag
+        Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid
     );
     let mut options = serde_json::json!({
             "dataset": dataset,
@@ -266,6 +266,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     }
     if args.agent.sql_answer != SqlAnswer::Rows {
         options["sql_answer"] = serde_json::json!(args.agent.sql_answer);
+    }
+    if args.agent.candidates != Candidates::Grep {
+        options["candidates"] = serde_json::json!(args.agent.candidates);
     }
     if dense {
         options["embed_model"] = serde_json::json!(args.encoder.model_path());
@@ -384,7 +387,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             .config(args.agent.max_new_tokens.unwrap_or(TABLERAG_MAX_NEW_TOKENS)),
         ..EvalOptions::default()
     };
-    let space = CorpusSpace::new(&corpus).max_table_chars(args.max_table_chars);
+    let space = CorpusSpace::new(&corpus)
+        .max_table_chars(args.max_table_chars)
+        .candidates(args.agent.candidates)?;
     let mut evaluator = Evaluator::new(args.method, &space, corpus.len(), options)?;
     if let (Some(encoder), Some(index)) = (&encoder, &index) {
         evaluator = match args.method {

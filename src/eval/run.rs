@@ -5,6 +5,7 @@
 //! not change. The record carries the gold data and the scored [`QueryMetrics`], so a run
 //! directory's `queries.jsonl` alone is enough to rebuild every summary.
 
+mod hybrid;
 mod tablerag;
 
 use std::collections::BTreeMap;
@@ -70,10 +71,13 @@ pub enum Method {
     /// TableRAG: dense chunk retrieval, sub-questions answered by SQL over the retrieved tables
     /// ([`crate::agent::tablerag`]).
     Tablerag,
+    /// BM25 and dense rankings joined by reciprocal rank fusion (no LLM in the ranking),
+    /// baseline QA on the top-1 table.
+    Hybrid,
 }
 
 impl Method {
-    pub const ALL: [Method; 7] = [
+    pub const ALL: [Method; 8] = [
         Method::Tableseek,
         Method::Bm25,
         Method::Dense,
@@ -81,6 +85,7 @@ impl Method {
         Method::Oracle,
         Method::NoTable,
         Method::Tablerag,
+        Method::Hybrid,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -92,6 +97,7 @@ impl Method {
             Method::Oracle => "oracle",
             Method::NoTable => "no-table",
             Method::Tablerag => "tablerag",
+            Method::Hybrid => "hybrid",
         }
     }
 }
@@ -285,7 +291,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             .map(|i| (space.table_id(i).to_string(), i))
             .collect();
         let bm25 = match method {
-            Method::Bm25 => {
+            Method::Bm25 | Method::Hybrid => {
                 let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
                 Some(Bm25Builder::okapi().build(&texts)?)
             }
@@ -372,6 +378,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 }
                 Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
                 Method::Tablerag => self.tablerag(llm, query),
+                Method::Hybrid => self.hybrid(llm, query),
             };
         // A model failure is this query's outcome, not the run's: stopping would make every
         // resume fail on the same query.

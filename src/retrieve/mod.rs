@@ -6,5 +6,6 @@ mod bert_cpu;
 pub mod bm25;
 pub mod chunks;
 pub mod dense;
+pub mod fusion;
 pub mod llm_embed;
 pub mod rerank;

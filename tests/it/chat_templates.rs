@@ -3,7 +3,6 @@
 //! `tests/fixtures/chat_templates.json` holds the Qwen3, Llama 3 and Llama 3.2 templates and
 //! transformers' renderings (made by `tests/fixtures/make_chat_fixtures.py`).
 
-
 use tableseek::engine::{ChatMessage, ChatTemplate, ChatTemplateError, TemplateOptions};
 
 fn fixture() -> serde_json::Value {

@@ -153,3 +153,33 @@ fn inspect_prints_the_plan_of_every_real_gguf_and_the_tiny_models() {
 fn is_gguf(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "gguf")
 }
+
+/// The tiny Qwen3-MoE checkpoint and its GGUF: experts, per-token count and sparse layers, read
+/// from the config or the GGUF's metadata and router tensors; and the 30B-A3B preset's size.
+#[test]
+fn inspect_shows_the_experts_of_a_moe() {
+    let fixtures = crate::common::fixtures_dir();
+    let (ok, out) = inspect(&fixtures.join("tiny-qwen3-moe").display().to_string(), &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("architecture Qwen3Moe, 3 layers"), "{out}");
+    assert!(
+        out.contains("experts: 8 of width 32, 2 per token (not renormalized), in 2 of 3 layers"),
+        "{out}"
+    );
+    let gguf = fixtures.join("tiny-qwen3-moe-gguf/tiny-qwen3-moe-gguf-q8_0.gguf");
+    let (ok, out) = inspect(&gguf.display().to_string(), &[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("experts: 8 of width 32, 2 per token (renormalized), in 2 of 2 layers"),
+        "{out}"
+    );
+    assert!(out.contains("Q8_0 x"), "{out}");
+    // Qwen3-30B-A3B has 30.5B parameters: 61 GB at bf16, refused on a 24 GiB CPU.
+    let (ok, out) = inspect("random:qwen3-30b-a3b", &["--dtype", "bf16"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("experts: 128 of width 768, 8 per token"),
+        "{out}"
+    );
+    assert!(out.contains("56.87 GiB"), "{out}");
+}

@@ -184,10 +184,12 @@ fn methods_produce_scored_records() {
     let tmp = tempfile::tempdir().unwrap();
     let queries = queries(tmp.path());
     // Dense and rerank need an encoder and a reranker: `dense_and_rerank_methods` below.
-    for method in Method::ALL
-        .into_iter()
-        .filter(|m| !matches!(m, Method::Dense | Method::Rerank | Method::Tablerag))
-    {
+    for method in Method::ALL.into_iter().filter(|m| {
+        !matches!(
+            m,
+            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid
+        )
+    }) {
         let dir = tmp.path().join(method.as_str());
         full_run(method, &dir, &queries, &mut FakeLlm::default());
         let records = read_records(&dir).unwrap();
@@ -218,7 +220,9 @@ fn methods_produce_scored_records() {
                 assert_eq!(q1.cost.llm_calls, 3);
                 assert!(q1.trajectory.is_some());
             }
-            Method::Dense | Method::Rerank | Method::Tablerag => unreachable!("filtered out"),
+            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid => {
+                unreachable!("filtered out")
+            }
             Method::Bm25 => {
                 assert_eq!(q1.ranking.len(), 4);
                 assert_eq!(q1.cost.llm_calls, 1);
@@ -664,6 +668,26 @@ fn dense_and_rerank_methods() {
         !line.contains("rerank_calls"),
         "zero counters stay out of the record"
     );
+
+    // Hybrid: BM25 and the same dense ranking fused; both put the capitals table first for q1,
+    // and every table either ranking holds appears once.
+    let bare = Evaluator::new(Method::Hybrid, &space, space.len(), options()).unwrap();
+    let err = bare
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("encoder"), "{err}");
+    let hybrid = Evaluator::new(Method::Hybrid, &space, space.len(), options())
+        .unwrap()
+        .with_dense(&WordsEncoder, &index);
+    let record = hybrid
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap();
+    assert_eq!(record.ranking[0], "geo/capitals.csv");
+    let mut unique = record.ranking.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), record.ranking.len());
+    assert_eq!((record.cost.llm_calls, record.cost.encode_calls), (1, 1));
 
     let Some(mut reranker) = tiny_reranker() else {
         return;
