@@ -11,7 +11,7 @@ use super::{
 };
 use crate::corpus::Corpus;
 use crate::retrieve::bm25::{Bm25Builder, Bm25Index};
-use crate::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K};
+use crate::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K, FUSION_POOL};
 
 /// Weights of the pattern ranking and of BM25 in [`Candidates::Hybrid`]: equal, plain RRF.
 pub const HYBRID_WEIGHTS: (f64, f64) = (1.0, 1.0);
@@ -21,9 +21,6 @@ use crate::grep::{self, PatternSet, PreviewOptions};
 /// Tables longer than this are cut before QA sees them, so one huge table cannot push a prompt past
 /// the model's context window; the cut is marked in the text.
 pub const DEFAULT_MAX_TABLE_CHARS: usize = 16_000;
-
-/// BM25 hits fused with the pattern ranking: deeper than any pool refine is shown.
-const BM25_POOL: usize = 100;
 
 /// A loaded corpus searched by the grep stage, alone or fused with BM25 ([`Candidates`]).
 pub struct CorpusSpace<'a> {
@@ -91,7 +88,7 @@ impl<'a> CorpusSpace<'a> {
             .collect::<Vec<_>>()
             .join(" ");
         index
-            .search(&text, BM25_POOL)
+            .search(&text, FUSION_POOL)
             .into_iter()
             .filter(|hit| hit.score > 0.0)
             .map(|hit| RankedTable {

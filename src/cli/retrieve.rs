@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tableseek::corpus::Corpus;
 use tableseek::engine::DeviceMap;
 use tableseek::retrieve::bm25::{Bm25Builder, Bm25Index, Hit};
+use tableseek::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K, FUSION_POOL};
 use tableseek::retrieve::rerank::reorder;
 
 use super::retrievers::{EncoderArgs, RerankArgs};
@@ -30,6 +31,8 @@ pub enum Method {
     Bm25,
     /// The dense top `--rerank-depth` reordered by an LLM's p(yes) (Qwen3-Reranker format).
     Rerank,
+    /// BM25 (`--bm25`) and dense rankings joined by reciprocal rank fusion (no LLM).
+    Hybrid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -171,12 +174,54 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                 })
             })
         }
+        Method::Hybrid => {
+            encoder = args.encoder.load(&devices, true)?;
+            dense = args.encoder.index(encoder.as_ref(), &texts)?;
+            bm25 = bm25_builder(args.bm25).build(&texts)?;
+            let (encoder, dense, bm25) = (&encoder, &dense, &bm25);
+            Box::new(move |query: &str| {
+                let start = Instant::now();
+                let embedding = encoder.embed_query(query)?;
+                let encode_ms = start.elapsed().as_secs_f64() * 1e3;
+                let pool = FUSION_POOL.max(depth);
+                let semantic: Vec<usize> = dense
+                    .search(&embedding, pool)?
+                    .into_iter()
+                    .map(|h| h.doc)
+                    .collect();
+                let lexical: Vec<usize> = bm25
+                    .search(query, pool)
+                    .into_iter()
+                    .filter(|h| h.score > 0.0)
+                    .map(|h| h.doc)
+                    .collect();
+                let lists = [
+                    RankedList {
+                        items: &lexical,
+                        weight: 1.0,
+                    },
+                    RankedList {
+                        items: &semantic,
+                        weight: 1.0,
+                    },
+                ];
+                let hits = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K)
+                    .into_iter()
+                    .map(|f| Hit {
+                        doc: f.item,
+                        score: f.score,
+                    })
+                    .collect();
+                Ok(Ranking {
+                    hits,
+                    calls: 1,
+                    encode_ms,
+                    rerank_ms: 0.0,
+                })
+            })
+        }
         Method::Bm25 => {
-            let builder = match args.bm25 {
-                Bm25Arg::Okapi => Bm25Builder::okapi(),
-                Bm25Arg::Lucene => Bm25Builder::lucene().english_stopwords(true),
-            };
-            bm25 = builder.build(&texts)?;
+            bm25 = bm25_builder(args.bm25).build(&texts)?;
             let (bm25, k): (&Bm25Index, usize) = (&bm25, depth);
             Box::new(move |query: &str| {
                 Ok(Ranking {
@@ -234,6 +279,13 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn bm25_builder(variant: Bm25Arg) -> Bm25Builder {
+    match variant {
+        Bm25Arg::Okapi => Bm25Builder::okapi(),
+        Bm25Arg::Lucene => Bm25Builder::lucene().english_stopwords(true),
+    }
 }
 
 fn read_queries(path: &Path) -> anyhow::Result<Vec<Query>> {

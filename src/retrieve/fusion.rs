@@ -12,6 +12,10 @@
 /// The `k` of the RRF paper, which damps the head of each ranking; the paper found 60 robust.
 pub const DEFAULT_RRF_K: f64 = 60.0;
 
+/// Hits each ranking contributes to a fusion: deeper than any pool refine is shown or any
+/// reported cut-off (R@1/3/10), shallow enough to keep a query's fusion cheap.
+pub const FUSION_POOL: usize = 100;
+
 /// One ranking's part in a fusion.
 #[derive(Debug, Clone, Copy)]
 pub struct RankedList<'a> {

@@ -7,10 +7,7 @@ use super::{EvalError, Evaluator, QueryRecord};
 use crate::agent::{Llm, SearchSpace};
 use crate::eval::dataset::EvalQuery;
 use crate::retrieve::bm25::Hit;
-use crate::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K};
-
-/// Hits each ranking contributes to the fusion: deeper than any reported cut-off.
-pub const HYBRID_POOL: usize = 100;
+use crate::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K, FUSION_POOL};
 
 impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
     pub(super) fn hybrid<L: Llm + ?Sized>(
@@ -29,7 +26,7 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
         let started = Instant::now();
         let embedding = setup.encoder.embed_query(&query.query)?;
         let encode_ms = started.elapsed().as_secs_f64() * 1e3;
-        let pool = HYBRID_POOL.max(self.options.ranking_depth);
+        let pool = FUSION_POOL.max(self.options.ranking_depth);
         let dense: Vec<usize> = setup
             .index
             .search(&embedding, pool)?
