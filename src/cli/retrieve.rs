@@ -1,5 +1,7 @@
 //! `tableseek retrieve`: rank a corpus's tables for each query of a JSONL file with a baseline
-//! retriever (dense, dense + LLM rerank, or BM25) and write one ranking per line.
+//! retriever (dense, dense + LLM rerank, BM25, or hybrid) and write one ranking per line. The
+//! rankings are `retrieve::pipeline`'s, the same `eval` runs; a reranker failure keeps the dense
+//! order with a warning, as in `eval`.
 //!
 //! With `--method rerank` the first `--rerank-depth` entries carry the reranker's p(yes) as score,
 //! the rest the dense cosine; `calls` counts the query encoding plus one reranker pass per
@@ -10,16 +12,14 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use tableseek::corpus::Corpus;
 use tableseek::engine::DeviceMap;
-use tableseek::retrieve::bm25::{Bm25Builder, Bm25Index, Hit};
-use tableseek::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K, FUSION_POOL};
-use tableseek::retrieve::rerank::reorder;
+use tableseek::retrieve::bm25::{Bm25Builder, Hit};
+use tableseek::retrieve::pipeline::{Ranker, Rerank};
 
 use super::retrievers::{EncoderArgs, RerankArgs};
 
@@ -105,16 +105,6 @@ struct Millis {
     rerank: f64,
 }
 
-/// One query's ranking and what it cost.
-struct Ranking {
-    hits: Vec<Hit>,
-    calls: usize,
-    encode_ms: f64,
-    rerank_ms: f64,
-}
-
-type Ranker<'a> = Box<dyn FnMut(&str) -> anyhow::Result<Ranking> + 'a>;
-
 pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     let queries = read_queries(&args.queries)?;
     let (corpus, _report) = super::corpus::load(&args.corpus)?;
@@ -126,113 +116,42 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
 
     // Recall at 3 needs three results even when fewer are written.
     let depth = args.top_k.max(3);
-    let encoder;
-    let dense;
-    let bm25;
-    let mut rank: Ranker<'_> = match args.method {
-        Method::Dense | Method::Rerank => {
-            encoder = args.encoder.load(&devices, true)?;
-            dense = args.encoder.index(encoder.as_ref(), &texts)?;
-            let mut reranker = match args.method {
-                Method::Rerank => Some(args.rerank.load(&devices)?),
-                _ => None,
-            };
-            let rerank_depth = args.rerank.depth();
-            let (encoder, dense, texts) = (&encoder, &dense, &texts);
-            let k = depth.max(if reranker.is_some() { rerank_depth } else { 0 });
-            Box::new(move |query: &str| {
-                let start = Instant::now();
-                let embedding = encoder.embed_query(query)?;
-                let encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                let mut hits = dense.search(&embedding, k)?;
-                let (mut calls, mut rerank_ms) = (1, 0.0);
-                if let Some(reranker) = reranker.as_mut() {
-                    let start = Instant::now();
-                    let head = rerank_depth.min(hits.len());
-                    let docs: Vec<usize> = hits[..head].iter().map(|h| h.doc).collect();
-                    let doc_texts: Vec<&str> = docs.iter().map(|&d| texts[d]).collect();
-                    let scored = reranker.score(query, &doc_texts)?;
-                    if scored.truncated > 0 {
-                        tracing::warn!(
-                            truncated = scored.truncated,
-                            "tables cut to fit the reranker's maximum length"
-                        );
-                    }
-                    for (slot, (doc, score)) in
-                        reorder(&docs, &scored.scores).into_iter().enumerate()
-                    {
-                        hits[slot] = Hit { doc, score };
-                    }
-                    calls += scored.calls;
-                    rerank_ms = start.elapsed().as_secs_f64() * 1e3;
-                }
-                Ok(Ranking {
-                    hits,
-                    calls,
-                    encode_ms,
-                    rerank_ms,
-                })
-            })
-        }
-        Method::Hybrid => {
-            encoder = args.encoder.load(&devices, true)?;
-            dense = args.encoder.index(encoder.as_ref(), &texts)?;
-            bm25 = bm25_builder(args.bm25).build(&texts)?;
-            let (encoder, dense, bm25) = (&encoder, &dense, &bm25);
-            Box::new(move |query: &str| {
-                let start = Instant::now();
-                let embedding = encoder.embed_query(query)?;
-                let encode_ms = start.elapsed().as_secs_f64() * 1e3;
-                let pool = FUSION_POOL.max(depth);
-                let semantic: Vec<usize> = dense
-                    .search(&embedding, pool)?
-                    .into_iter()
-                    .map(|h| h.doc)
-                    .collect();
-                let lexical: Vec<usize> = bm25
-                    .search(query, pool)
-                    .into_iter()
-                    .filter(|h| h.score > 0.0)
-                    .map(|h| h.doc)
-                    .collect();
-                let lists = [
-                    RankedList {
-                        items: &lexical,
-                        weight: 1.0,
-                    },
-                    RankedList {
-                        items: &semantic,
-                        weight: 1.0,
-                    },
-                ];
-                let hits = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K)
-                    .into_iter()
-                    .map(|f| Hit {
-                        doc: f.item,
-                        score: f.score,
-                    })
-                    .collect();
-                Ok(Ranking {
-                    hits,
-                    calls: 1,
-                    encode_ms,
-                    rerank_ms: 0.0,
-                })
-            })
-        }
-        Method::Bm25 => {
-            bm25 = bm25_builder(args.bm25).build(&texts)?;
-            let (bm25, k): (&Bm25Index, usize) = (&bm25, depth);
-            Box::new(move |query: &str| {
-                Ok(Ranking {
-                    hits: bm25.search(query, k),
-                    calls: 0,
-                    encode_ms: 0.0,
-                    rerank_ms: 0.0,
-                })
-            })
-        }
+    let needs_dense = args.method != Method::Bm25;
+    let encoder = match needs_dense {
+        true => Some(args.encoder.load(&devices, true)?),
+        false => None,
     };
+    let dense = match &encoder {
+        Some(encoder) => Some(args.encoder.index(encoder.as_ref(), &texts)?),
+        None => None,
+    };
+    let bm25 = match args.method {
+        Method::Bm25 | Method::Hybrid => Some(bm25_builder(args.bm25).build(&texts)?),
+        _ => None,
+    };
+    let mut reranker = match args.method {
+        Method::Rerank => Some(args.rerank.load(&devices)?),
+        _ => None,
+    };
+    let reranker = reranker.as_mut().map(std::sync::Mutex::new);
+    let ranker = match (args.method, &encoder, &dense, &bm25) {
+        (Method::Bm25, _, _, Some(bm25)) => Ranker::Bm25(bm25),
+        (Method::Hybrid, Some(encoder), Some(index), Some(bm25)) => Ranker::Hybrid {
+            bm25,
+            encoder: encoder.as_ref(),
+            index,
+        },
+        (Method::Dense | Method::Rerank, Some(encoder), Some(index), _) => Ranker::Dense {
+            encoder: encoder.as_ref(),
+            index,
+            rerank: reranker.as_ref().map(|reranker| Rerank {
+                reranker,
+                depth: args.rerank.depth(),
+            }),
+        },
+        _ => bail!("--method {:?}: its retrievers did not load", args.method),
+    };
+    let document = |table: usize| texts[table].to_string();
 
     let file = std::fs::File::create(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -240,7 +159,10 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
     let mut recall = Recall::default();
     let mut totals = (0.0, 0.0);
     for query in &queries {
-        let ranking = rank(&query.text)?;
+        let ranking = ranker.rank(&query.text, depth, &document)?;
+        for warning in &ranking.warnings {
+            tracing::warn!(qid = %query.qid, "{warning}");
+        }
         if let Some(gold) = &query.gold_table {
             recall.add(&corpus, gold, &ranking.hits);
         }
@@ -257,7 +179,7 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                     score: hit.score,
                 })
                 .collect(),
-            calls: ranking.calls,
+            calls: ranking.encode_calls + ranking.rerank_calls,
             ms: Millis {
                 encode: ranking.encode_ms,
                 rerank: ranking.rerank_ms,

@@ -5,7 +5,7 @@
 //! not change. The record carries the gold data and the scored [`QueryMetrics`], so a run
 //! directory's `queries.jsonl` alone is enough to rebuild every summary.
 
-mod hybrid;
+mod ranked;
 mod tablerag;
 
 use std::collections::BTreeMap;
@@ -29,7 +29,7 @@ use crate::agent::{
 use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index, Hit};
 use crate::retrieve::chunks::Chunk;
 use crate::retrieve::dense::{DenseError, DenseIndex, TextEncoder};
-use crate::retrieve::rerank::{reorder, Reranker};
+use crate::retrieve::rerank::Reranker;
 
 /// Why a query could not be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -364,8 +364,9 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         let result =
             match self.method {
                 Method::Tableseek => self.tableseek(llm, query),
-                Method::Bm25 => self.bm25(llm, query),
-                Method::Dense | Method::Rerank => self.dense(llm, query),
+                Method::Bm25 | Method::Dense | Method::Rerank | Method::Hybrid => {
+                    self.ranked(llm, query)
+                }
                 Method::Oracle => {
                     let gold = query.gold_table();
                     let table = self.index_of.get(gold).copied().ok_or_else(|| {
@@ -378,7 +379,6 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 }
                 Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
                 Method::Tablerag => self.tablerag(llm, query),
-                Method::Hybrid => self.hybrid(llm, query),
             };
         // A model failure is this query's outcome, not the run's: stopping would make every
         // resume fail on the same query.
@@ -519,21 +519,6 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         record
     }
 
-    fn bm25<L: Llm + ?Sized>(
-        &self,
-        llm: &mut L,
-        query: &EvalQuery,
-    ) -> Result<QueryRecord, EvalError> {
-        let started = Instant::now();
-        let hits = self
-            .bm25
-            .as_ref()
-            .map(|index| index.search(&query.query, self.options.ranking_depth.max(1)))
-            .unwrap_or_default();
-        let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
-        self.qa_on_ranking(llm, query, &hits, retrieval_ms)
-    }
-
     /// The baselines' tail: QA on the top hit, the ranking recorded to the run's depth.
     fn qa_on_ranking<L: Llm + ?Sized>(
         &self,
@@ -553,66 +538,6 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             .take(self.options.ranking_depth.max(1))
             .map(|hit| self.space.table_id(hit.doc).to_string())
             .collect();
-        Ok(record)
-    }
-
-    /// Dense top-k (reordered by the reranker for [`Method::Rerank`]), then QA on the top-1.
-    fn dense<L: Llm + ?Sized>(
-        &self,
-        llm: &mut L,
-        query: &EvalQuery,
-    ) -> Result<QueryRecord, EvalError> {
-        let setup = self.dense.as_ref().ok_or(EvalError::NotConfigured(
-            self.method,
-            "an encoder and index",
-        ))?;
-        let reranker = match (self.method, &setup.reranker) {
-            (Method::Rerank, None) => {
-                return Err(EvalError::NotConfigured(self.method, "a reranker"))
-            }
-            (Method::Rerank, Some(reranker)) => Some(reranker),
-            _ => None,
-        };
-        let started = Instant::now();
-        let embedding = setup.encoder.embed_query(&query.query)?;
-        let encode_ms = started.elapsed().as_secs_f64() * 1e3;
-        let depth = self.options.rerank_depth.max(1);
-        let mut hits = setup
-            .index
-            .search(&embedding, self.options.ranking_depth.max(depth).max(1))?;
-        let (mut rerank_calls, mut rerank_ms) = (0, 0.0);
-        if let Some(reranker) = reranker {
-            let rerank_started = Instant::now();
-            let head = depth.min(hits.len());
-            let docs: Vec<usize> = hits[..head].iter().map(|h| h.doc).collect();
-            let texts: Vec<String> = docs.iter().map(|&d| self.space.full_text(d)).collect();
-            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let mut reranker = match reranker.lock() {
-                Ok(guard) => guard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            match reranker.score(&query.query, &texts) {
-                Ok(scored) => {
-                    for (slot, (doc, score)) in
-                        reorder(&docs, &scored.scores).into_iter().enumerate()
-                    {
-                        hits[slot] = Hit { doc, score };
-                    }
-                    rerank_calls = scored.calls;
-                }
-                // The dense order still answers the query; the run goes on.
-                Err(error) => {
-                    tracing::warn!(qid = %query.qid, %error, "rerank failed; dense order kept")
-                }
-            }
-            rerank_ms = rerank_started.elapsed().as_secs_f64() * 1e3;
-        }
-        let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
-        let mut record = self.qa_on_ranking(llm, query, &hits, retrieval_ms)?;
-        record.cost.encode_calls = 1;
-        record.cost.rerank_calls = rerank_calls;
-        record.cost.ms.encode = encode_ms;
-        record.cost.ms.rerank = rerank_ms;
         Ok(record)
     }
 

@@ -8,4 +8,5 @@ pub mod chunks;
 pub mod dense;
 pub mod fusion;
 pub mod llm_embed;
+pub mod pipeline;
 pub mod rerank;

@@ -308,3 +308,57 @@ fn quantized_head_rows_equal_dense_rows() {
     assert_eq!(stored, dense);
     assert!(load(QuantizedWeights::AsStored).head_rows(&[512]).is_err());
 }
+
+/// The pipeline's one rule for a reranker that fails (here: a maximum length its prompt cannot
+/// fit): the query keeps the dense order, with a warning, in `retrieve` and `eval` alike.
+#[test]
+fn a_failing_reranker_keeps_the_dense_order_with_a_warning() {
+    use tableseek::retrieve::dense::DenseIndex;
+    use tableseek::retrieve::pipeline::{Ranker, Rerank};
+    let Some(enc) = encoder(LlmEmbedOptions::default()) else {
+        return;
+    };
+    let docs = [
+        "| year | team |\n| 1998 | red |",
+        "a recipe for bread",
+        "rivers of europe",
+    ];
+    let index = DenseIndex::build(&enc, &docs).unwrap();
+    let (model, tokenizer) = tiny().unwrap();
+    let options = RerankOptions {
+        max_length: 8,
+        yes_no_ids: Some((11, 10)),
+        ..RerankOptions::default()
+    };
+    let mut reranker = Reranker::new(model, tokenizer, options).unwrap();
+    let lock = std::sync::Mutex::new(&mut reranker);
+    let document = |i: usize| docs[i].to_string();
+    let query = "which team won in 1998";
+    let plain = Ranker::Dense {
+        encoder: &enc,
+        index: &index,
+        rerank: None,
+    }
+    .rank(query, 3, &document)
+    .unwrap();
+    let reranked = Ranker::Dense {
+        encoder: &enc,
+        index: &index,
+        rerank: Some(Rerank {
+            reranker: &lock,
+            depth: 3,
+        }),
+    }
+    .rank(query, 3, &document)
+    .unwrap();
+    assert_eq!(reranked.hits, plain.hits);
+    assert_eq!(reranked.rerank_calls, 0);
+    assert_eq!(reranked.warnings.len(), 1);
+    assert!(
+        reranked.warnings[0].contains("rerank failed")
+            && reranked.warnings[0].contains("dense order kept"),
+        "{:?}",
+        reranked.warnings
+    );
+    assert!(plain.warnings.is_empty());
+}
