@@ -5,14 +5,15 @@
 
 use std::path::PathBuf;
 
-use candle_core::DType;
 use tableseek::engine::{
     Architecture, DeviceMap, GenerateOptions, Generator, LoadOptions, Model, ModelSpec,
     QuantizedWeights,
 };
 use tableseek::retrieve::rerank::{RerankBatching, RerankOptions, Reranker};
 
-use super::engine_parity::{check_hf_dir, greedy, ids, load, load_st, max_abs_diff, test_devices};
+use super::engine_parity::{
+    check_decode_batch_rows, check_hf_dir, greedy, ids, load, load_st, max_abs_diff, test_devices,
+};
 
 const TOL: f32 = 1e-4;
 
@@ -232,38 +233,7 @@ fn moe_serves_as_reranker() {
 /// gets alone, though the rows route to different experts.
 #[test]
 fn moe_decode_batch_rows_are_bitwise_the_rows_alone() {
-    let dir = fixture("tiny-qwen3-moe");
-    let input = ids(&load_st(dir.join("expected.safetensors"))["input_ids"]);
-    for dtype in [DType::F32, DType::BF16] {
-        let mut model =
-            Model::load(&ModelSpec::Path(dir.clone()), &test_devices(1), Some(dtype)).unwrap();
-        model.set_prefill_chunk(16);
-        let lens = [7usize, 20, 33, 50, 64];
-        let prefilled = |len: usize| {
-            let mut cache = model.new_cache();
-            model.forward(&input[..len], &mut cache).unwrap();
-            cache
-        };
-        let tokens: Vec<u32> = lens.iter().map(|&len| input[len]).collect();
-        let alone: Vec<Vec<f32>> = lens
-            .iter()
-            .zip(&tokens)
-            .map(|(&len, &token)| {
-                let logits = model.forward(&[token], &mut prefilled(len)).unwrap();
-                logits.to_dtype(DType::F32).unwrap().to_vec1().unwrap()
-            })
-            .collect();
-        let mut caches: Vec<_> = lens.iter().map(|&len| prefilled(len)).collect();
-        let mut refs: Vec<&mut _> = caches.iter_mut().collect();
-        let batched: Vec<Vec<f32>> = model
-            .decode_batch(&tokens, &mut refs)
-            .unwrap()
-            .to_vec2()
-            .unwrap();
-        for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
-            assert!(b == a, "{dtype:?}: row {i} differs from its sequence alone");
-        }
-    }
+    check_decode_batch_rows(&fixture("tiny-qwen3-moe"));
 }
 
 /// A preset at Qwen3-30B-A3B's design, scaled down, runs from random weights.
