@@ -77,6 +77,15 @@ find_cuda_libs() {
   echo "${dirs[*]}"
 }
 
+# `generate --json` on stdin -> one line: prefill time and decode tokens/s.
+speed_line() {
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+n, prompt, prefill, decode = len(d["generated_token_ids"]), d["prompt_tokens"], d["prefill_ms"], d["decode_ms"]
+print(f"prompt {prompt} tokens, prefill {prefill:.0f} ms; decode {n} tokens in {decode:.0f} ms = {n / (decode / 1e3):.1f} tok/s")'
+}
+
 run() {
   local device=${DEVICE:-cuda:0} bin bench_bin test_bin out=${OUT:-$PACK/out}
   mkdir -p "$out"
@@ -132,11 +141,7 @@ run() {
   echo "== decode speed: --random-init $preset, 128 new tokens"
   "$bin" generate --random-init "$preset" --tokenizer "$tok" --device "$device" \
     --chat "Write a long story about tables." --max-new-tokens 128 --json \
-    | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-n, prompt, prefill, decode = len(d["generated_token_ids"]), d["prompt_tokens"], d["prefill_ms"], d["decode_ms"]
-print(f"prompt {prompt} tokens, prefill {prefill:.0f} ms; decode {n} tokens in {decode:.0f} ms = {n / (decode / 1e3):.1f} tok/s")' \
+    | speed_line \
     | tee "$out/speed.txt" || status=1
 
   echo "== prefill and batched decode: $preset at 1/8/32 sequences, against the bandwidth limit"
@@ -161,11 +166,7 @@ PY
     | tee "$out/moe-parity.log" || status=1
   "$bin" generate --random-init "$moe_preset" --tokenizer "$tok" --device "$device" \
     --chat "Write a long story about tables." --max-new-tokens 64 --json \
-    | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-n, prompt, prefill, decode = len(d["generated_token_ids"]), d["prompt_tokens"], d["prefill_ms"], d["decode_ms"]
-print(f"prompt {prompt} tokens, prefill {prefill:.0f} ms; decode {n} tokens in {decode:.0f} ms = {n / (decode / 1e3):.1f} tok/s")' \
+    | speed_line \
     | sed "s/^/$moe_preset: /" | tee "$out/moe-speed.txt" || status=1
 
   [ $status -eq 0 ] && echo "gpu-check: all passed" || echo "gpu-check: FAILED (see $out)"
