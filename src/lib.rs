@@ -11,6 +11,7 @@ pub mod corpus;
 pub mod engine;
 pub mod eval;
 pub mod grep;
+pub mod provenance;
 pub mod retrieve;
 pub mod sql;
 

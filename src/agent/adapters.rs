@@ -11,10 +11,13 @@ use super::{
 };
 use crate::corpus::Corpus;
 use crate::retrieve::bm25::{Bm25Builder, Bm25Index};
-use crate::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K, FUSION_POOL};
+use crate::retrieve::fusion::{fuse_two, FusionRule, DEFAULT_RRF_K, FUSION_POOL};
 
-/// Weights of the pattern ranking and of BM25 in [`Candidates::Hybrid`]: equal, plain RRF.
-pub const HYBRID_WEIGHTS: (f64, f64) = (1.0, 1.0);
+/// How [`Candidates::Hybrid`] joins the pattern ranking (first) and BM25 (second).
+pub const HYBRID_FUSION: FusionRule = FusionRule::Rrf {
+    k: DEFAULT_RRF_K,
+    weights: [1.0, 1.0],
+};
 use crate::engine::{self, ChatModel, ChatOptions};
 use crate::grep::{self, PatternSet, PreviewOptions};
 
@@ -29,6 +32,7 @@ pub struct CorpusSpace<'a> {
     // The loop asks for a ranking and then previews under the same patterns: compile them once.
     compiled: Mutex<Option<PatternSet>>,
     candidates: Candidates,
+    fusion: FusionRule,
     bm25: Option<Bm25Index>,
 }
 
@@ -39,6 +43,7 @@ impl<'a> CorpusSpace<'a> {
             max_table_chars: DEFAULT_MAX_TABLE_CHARS,
             compiled: Mutex::new(None),
             candidates: Candidates::Grep,
+            fusion: HYBRID_FUSION,
             bm25: None,
         }
     }
@@ -62,6 +67,12 @@ impl<'a> CorpusSpace<'a> {
             self.bm25 = Some(index);
         }
         Ok(self)
+    }
+
+    /// The rule of [`Candidates::Hybrid`] ([`HYBRID_FUSION`] unless set).
+    pub fn hybrid_fusion(mut self, fusion: FusionRule) -> Self {
+        self.fusion = fusion;
+        self
     }
 
     fn grep_ranking(&self, patterns: &[String]) -> Vec<RankedTable> {
@@ -128,27 +139,12 @@ impl SearchSpace for CorpusSpace<'_> {
             Candidates::Grep => self.grep_ranking(patterns),
             Candidates::Bm25 => self.bm25_ranking(query, patterns),
             Candidates::Hybrid => {
-                let grep: Vec<usize> = self
-                    .grep_ranking(patterns)
-                    .iter()
-                    .map(|r| r.table)
-                    .collect();
-                let bm25: Vec<usize> = self
-                    .bm25_ranking(query, patterns)
-                    .iter()
-                    .map(|r| r.table)
-                    .collect();
-                let lists = [
-                    RankedList {
-                        items: &grep,
-                        weight: HYBRID_WEIGHTS.0,
-                    },
-                    RankedList {
-                        items: &bm25,
-                        weight: HYBRID_WEIGHTS.1,
-                    },
-                ];
-                reciprocal_rank_fusion(&lists, DEFAULT_RRF_K)
+                let scored = |ranking: Vec<RankedTable>| -> Vec<(usize, f64)> {
+                    ranking.into_iter().map(|r| (r.table, r.score)).collect()
+                };
+                let grep = scored(self.grep_ranking(patterns));
+                let bm25 = scored(self.bm25_ranking(query, patterns));
+                fuse_two(self.fusion, &grep, &bm25)
                     .into_iter()
                     .map(|f| RankedTable {
                         table: f.item,

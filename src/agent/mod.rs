@@ -48,10 +48,10 @@ use serde::{Deserialize, Serialize};
 
 /// What a call's output must match; see [`schemas`].
 pub use crate::engine::Grammar;
-pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS};
+pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS, HYBRID_FUSION};
 pub use config::{
-    Ablations, AgentConfig, AgentConfigBuilder, Candidates, Evidence, History, QaMode, SqlAnswer,
-    Strategy, TaskType,
+    Ablations, AgentConfig, AgentConfigBuilder, Candidates, Evidence, History, OnOff, QaMode,
+    SqlAnswer, Strategy, TaskType,
 };
 pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};

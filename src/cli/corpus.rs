@@ -1,16 +1,13 @@
 //! `tableseek corpus stats|convert`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
-use serde::Serialize;
 
-use tableseek::corpus::{
-    serialize, transpose, Corpus, LoadOptions, LoadReport, Serialization, SourceFormat, TextFormat,
-};
+use tableseek::corpus::export::{export, CorpusStats};
+use tableseek::corpus::{Corpus, LoadOptions, LoadReport, Serialization, TextFormat};
 
 #[derive(Debug, Subcommand)]
 pub enum CorpusCommand {
@@ -70,54 +67,9 @@ pub fn run(cmd: CorpusCommand) -> anyhow::Result<()> {
     }
 }
 
-#[derive(Serialize)]
-struct Stats {
-    tables: usize,
-    skipped: Vec<SkippedJson>,
-    by_format: BTreeMap<SourceFormat, usize>,
-    rows: usize,
-    cells: usize,
-    bytes: u64,
-    files: usize,
-    empty_tables: usize,
-    ignored_files: usize,
-    warnings: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct SkippedJson {
-    path: String,
-    reason: String,
-}
-
 fn stats(dir: &Path, json: bool) -> anyhow::Result<()> {
     let (corpus, report) = load(dir)?;
-    let mut by_format = BTreeMap::new();
-    let (mut rows, mut cells) = (0, 0);
-    for table in corpus.tables() {
-        *by_format.entry(table.source_format).or_insert(0) += 1;
-        rows += table.rows.len();
-        cells += table.header.len() + table.rows.iter().map(Vec::len).sum::<usize>();
-    }
-    let stats = Stats {
-        tables: corpus.len(),
-        skipped: report
-            .skipped
-            .iter()
-            .map(|s| SkippedJson {
-                path: s.path.display().to_string(),
-                reason: s.reason.clone(),
-            })
-            .collect(),
-        by_format,
-        rows,
-        cells,
-        bytes: report.bytes,
-        files: report.files,
-        empty_tables: report.empty_tables,
-        ignored_files: report.ignored.len(),
-        warnings: report.warnings.clone(),
-    };
+    let stats = CorpusStats::of(&corpus, &report);
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer(&mut out, &stats)?;
@@ -167,69 +119,13 @@ fn convert(
     out: &Path,
 ) -> anyhow::Result<()> {
     let (corpus, report) = load(dir)?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut written = BTreeSet::new();
-    for table in corpus.tables() {
-        let table = if transposed {
-            transpose(table)
-        } else {
-            table.clone()
-        };
-        let format = serialization.format_for(&table);
-        let mut name = output_name(&table.id, format);
-        if !written.insert(name.clone()) {
-            // Two inputs with the same stem (`a.csv`, `a.md`): keep the full id for the later one.
-            name = format!("{}.{}", table.id.replace('#', "__"), extension(format));
-            written.insert(name.clone());
-        }
-        let path = out.join(&name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        std::fs::write(&path, serialize(&table, format))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    let written = export(&corpus, serialization, transposed, out)?;
     eprintln!(
         "wrote {} tables to {} ({} skipped, {} empty)",
-        written.len(),
+        written,
         out.display(),
         report.skipped.len(),
         report.empty_tables
     );
     Ok(())
-}
-
-fn extension(format: TextFormat) -> &'static str {
-    match format {
-        TextFormat::Csv => "csv",
-        TextFormat::Markdown => "md",
-        TextFormat::Html => "html",
-    }
-}
-
-/// `dir/t.csv` → `dir/t.md`; `t.jsonl#7` → `t__7.md`. The last extension goes only when it is a table
-/// format's, so `x.html.csv` keeps its stem `x.html`.
-fn output_name(id: &str, format: TextFormat) -> String {
-    let (path, fragment) = match id.split_once('#') {
-        Some((path, fragment)) => (path, Some(fragment)),
-        None => (id, None),
-    };
-    let stem = match path.rsplit_once('.') {
-        Some((stem, ext))
-            if !stem.is_empty()
-                && !ext.contains('/')
-                && [
-                    "csv", "tsv", "tab", "md", "markdown", "html", "htm", "json", "jsonl", "ndjson",
-                ]
-                .contains(&ext.to_ascii_lowercase().as_str()) =>
-        {
-            stem
-        }
-        _ => path,
-    };
-    let fragment = fragment
-        .map(|f| format!("__{}", f.replace(['/', '\\'], "_")))
-        .unwrap_or_default();
-    format!("{stem}{fragment}.{}", extension(format))
 }

@@ -1,27 +1,31 @@
-//! `tableseek eval` (resumable evaluation runs), `tableseek report` (rebuild summaries and one
-//! comparison table from run directories, or join `--shard` runs) and `tableseek compare` (paired significance tests).
+//! `tableseek eval`: resumable evaluation runs (`eval::RunDir`), one method over a dataset.
+//!
+//! Over 150 lines because `eval` takes every method's flags (~80 lines) and maps them onto the
+//! typed run options (`eval::options`), and `run_eval` wires what each method needs (corpus,
+//! encoder and index, TableRAG's chunks, reranker, model, `--qa auto` probe) before handing the
+//! run to `RunDir::run_model`. Provenance, options, the query reader and the concurrent engine
+//! live in the library.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use sha2::{Digest, Sha256};
-use tableseek::agent::tablerag::{SqlTables, TableRagConfig};
-use tableseek::agent::{Candidates, CorpusSpace, EngineLlm, SqlAnswer, DEFAULT_MAX_TABLE_CHARS};
-use tableseek::corpus::{Corpus, LoadOptions};
-use tableseek::engine::{parse_bytes, BatchOptions, ChatModel, DeviceMap};
-use tableseek::eval::shard::SHARD_KEY;
-use tableseek::eval::stats::BootstrapOptions;
-use tableseek::eval::{
-    compare_runs, load_queries, merge_shards, read_records, render_comparison, render_report,
-    resolve_dataset, write_summary, EvalOptions, Evaluator, Method, QaMode, RunConfig, RunDir,
-    Shard,
+use tableseek::agent::{
+    AgentConfig, CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS, HYBRID_FUSION,
 };
-use tableseek::retrieve::chunks::{chunk_tables, ChunkOptions};
+use tableseek::corpus::{Corpus, LoadOptions};
+use tableseek::engine::{parse_bytes, DeviceMap};
+use tableseek::eval::options::{EmbedOptions, RerankOptions, RunOptions};
+use tableseek::eval::{
+    load_queries, render_report, resolve_dataset, EvalOptions, Evaluator, Method, ModelDrive,
+    RunConfig, RunDir, Shard,
+};
+use tableseek::retrieve::chunks::chunk_tables;
 
-use super::ask::AgentArgs;
+use super::agent_args::AgentArgs;
 use super::model_args::ModelArgs;
 use super::retrievers::{EncoderArgs, RerankArgs};
+use super::tablerag_args::{TableRagArgs, TABLERAG_MAX_NEW_TOKENS};
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
@@ -80,140 +84,61 @@ pub struct EvalArgs {
     pub shard: Option<Shard>,
 }
 
-const TABLERAG_MAX_NEW_TOKENS: usize = 256;
-
-#[derive(Debug, clap::Args)]
-pub struct TableRagArgs {
-    /// TableRAG: most decompose iterations per query.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
-    pub tablerag_iterations: u64,
-    /// TableRAG: chunks recalled per retrieval (N).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub tablerag_recall: u64,
-    /// TableRAG: chunks kept for compose and SQL (k).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
-    pub tablerag_top_k: u64,
-    /// TableRAG: the SQL reads the tables of the top-k chunks (the paper) or the first
-    /// retrieved table only (the paper's code).
-    #[arg(long, value_enum, default_value_t = SqlTables::Retrieved)]
-    pub tablerag_sql_tables: SqlTables,
-    /// TableRAG: one more call that must answer when the iterations run out.
-    #[arg(long)]
-    pub tablerag_force_answer: bool,
-    /// TableRAG: most characters per table chunk (row-aligned, header repeated).
-    #[arg(long, default_value_t = ChunkOptions::default().max_chars)]
-    pub tablerag_chunk_chars: usize,
-    /// TableRAG: NL2SQL retries after a failed query, each shown the error (0: the paper, the
-    /// error goes to compose).
-    #[arg(long, default_value_t = TableRagConfig::default().sql_retries)]
-    pub tablerag_sql_retries: usize,
-}
-
-impl TableRagArgs {
-    fn config(&self, max_new_tokens: usize) -> TableRagConfig {
-        TableRagConfig {
-            max_iterations: self.tablerag_iterations as usize,
-            recall: self.tablerag_recall as usize,
-            top_k: self.tablerag_top_k as usize,
-            sql_tables: self.tablerag_sql_tables,
-            force_answer: self.tablerag_force_answer,
-            max_new_tokens,
-            sql_retries: self.tablerag_sql_retries,
-            ..TableRagConfig::default()
-        }
-    }
-
-    fn chunk_options(&self) -> ChunkOptions {
-        ChunkOptions {
-            max_chars: self.tablerag_chunk_chars,
-            ..ChunkOptions::default()
-        }
-    }
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ReportArgs {
-    /// Run directories; each gets a fresh summary.json and report.md, and with several a
-    /// comparison table is printed. With --merge: the shard runs to join.
-    #[arg(required = true)]
-    pub runs: Vec<PathBuf>,
-    /// Join the `eval --shard K/N` runs given as RUNS into this new run directory (queries in
-    /// dataset order, as the unsharded run writes them), then report it.
-    #[arg(long, value_name = "OUT")]
-    pub merge: Option<PathBuf>,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct CompareArgs {
-    pub run_a: PathBuf,
-    pub run_b: PathBuf,
-    /// Bootstrap resamples.
-    #[arg(long, default_value_t = 10_000)]
-    pub resamples: usize,
-    #[arg(long, default_value_t = 2024)]
-    pub seed: u64,
-    /// Print the comparison as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
 fn shared_dir() -> PathBuf {
     std::env::var_os("TABLESEEK_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
 }
 
-/// The revision the binary was built from (see build.rs); failing that, the source checkout's HEAD
-/// at run time. Uncommitted changes are not recorded either way.
-fn git_revision() -> Option<String> {
-    if let Some(built) = option_env!("TABLESEEK_BUILD_REVISION") {
-        return Some(built.to_string());
+/// The typed options of this run (`eval::options` drops what does not apply).
+fn run_options(
+    args: &EvalArgs,
+    agent: &AgentConfig,
+    dataset: PathBuf,
+    corpus: PathBuf,
+    whole: usize,
+) -> RunOptions {
+    RunOptions {
+        dataset,
+        corpus,
+        method: args.method,
+        model: args.model.model.clone(),
+        tokenizer: args.model.tokenizer.clone(),
+        random_init: args.model.random_init.clone(),
+        device: args.model.placement.device.clone(),
+        dtype: args.model.placement.dtype.clone(),
+        steps: args.agent.steps,
+        strategy: agent.strategy,
+        evidence: agent.evidence,
+        fallback_tables: args.agent.fallback_tables,
+        history: agent.history,
+        max_new_tokens: args.agent.max_new_tokens,
+        enable_thinking: args.agent.enable_thinking,
+        constrain: args.agent.constrain,
+        ablations: agent.ablations,
+        max_table_chars: args.max_table_chars,
+        timings: !args.no_timings,
+        widen_empty: Some(args.agent.widen_empty),
+        qa: Some(args.agent.qa),
+        sql_answer: Some(args.agent.sql_answer),
+        candidates: Some(args.agent.candidates),
+        candidate_fusion: Some(HYBRID_FUSION),
+        embed: Some(EmbedOptions {
+            embed_model: args.encoder.model_path(),
+            embed_max_length: args.encoder.max_length,
+            embed_task: args.encoder.embed_task.clone(),
+            embed_dim: args.encoder.embed_dim,
+        }),
+        tablerag: Some(args.tablerag.run_options()),
+        rerank: Some(RerankOptions {
+            rerank_model: args.rerank.model_path(),
+            rerank_depth: args.rerank.depth(),
+            rerank_instruction: args.rerank.rerank_instruction.clone(),
+            rerank_max_length: args.rerank.rerank_max_length,
+        }),
+        shard: args.shard.map(|shard| shard.info(whole)),
     }
-    let output = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
-}
-
-fn sha256_file(path: &Path, hasher: &mut Sha256) -> anyhow::Result<()> {
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            return Ok(());
-        }
-        hasher.update(&buffer[..n]);
-    }
-}
-
-/// The weights' identity: the file's sha256, or for a checkpoint directory the sha256 over its
-/// files in name order (names included).
-fn model_sha256(model: &ModelArgs) -> anyhow::Result<Option<String>> {
-    if model.random_init.is_some() {
-        return Ok(None);
-    }
-    let mut hasher = Sha256::new();
-    if model.model.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&model.model)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file())
-            .collect();
-        files.sort();
-        for file in files {
-            hasher.update(file.file_name().unwrap_or_default().as_encoded_bytes());
-            sha256_file(&file, &mut hasher)?;
-        }
-    } else {
-        sha256_file(&model.model, &mut hasher)?;
-    }
-    Ok(Some(hex::encode(hasher.finalize())))
+    .omit_unused()
 }
 
 pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
@@ -232,80 +157,14 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(shard) = args.shard {
         queries = shard.select(&queries);
     }
-    let dense = matches!(
-        args.method,
-        Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid
-    );
-    let mut options = serde_json::json!({
-            "dataset": dataset,
-            "corpus": corpus_dir,
-            "method": args.method,
-            "model": args.model.model,
-            "tokenizer": args.model.tokenizer,
-            "random_init": args.model.random_init,
-            "device": args.model.placement.device,
-            "dtype": args.model.placement.dtype,
-            "steps": args.agent.steps,
-            "strategy": agent_config.strategy,
-            "evidence": agent_config.evidence,
-            "fallback_tables": args.agent.fallback_tables,
-            "history": agent_config.history,
-            "max_new_tokens": args.agent.max_new_tokens,
-            "enable_thinking": args.agent.enable_thinking,
-            "constrain": args.agent.constrain,
-            "ablations": agent_config.ablations,
-            "max_table_chars": args.max_table_chars,
-            "timings": !args.no_timings,
-    });
-    // Only where they matter, so configs of other methods stay as they were (resume compares them).
-    if args.method == Method::Tableseek {
-        options["widen_empty"] = serde_json::json!(args.agent.widen_empty);
-    }
-    if args.agent.qa != QaMode::Text {
-        options["qa"] = serde_json::json!(args.agent.qa);
-    }
-    if args.agent.sql_answer != SqlAnswer::Rows {
-        options["sql_answer"] = serde_json::json!(args.agent.sql_answer);
-    }
-    if args.agent.candidates != Candidates::Grep {
-        options["candidates"] = serde_json::json!(args.agent.candidates);
-    }
-    if dense {
-        options["embed_model"] = serde_json::json!(args.encoder.model_path());
-        options["embed_max_length"] = serde_json::json!(args.encoder.max_length);
-        options["embed_task"] = serde_json::json!(args.encoder.embed_task);
-        options["embed_dim"] = serde_json::json!(args.encoder.embed_dim);
-    }
-    if args.method == Method::Tablerag {
-        let t = &args.tablerag;
-        options["tablerag"] = serde_json::json!({
-            "iterations": t.tablerag_iterations,
-            "recall": t.tablerag_recall,
-            "top_k": t.tablerag_top_k,
-            "sql_tables": t.tablerag_sql_tables,
-            "force_answer": t.tablerag_force_answer,
-            "chunk_chars": t.tablerag_chunk_chars,
-            "chunk_overlap": t.chunk_options().overlap,
-            "sql_retries": t.tablerag_sql_retries,
-        });
-    }
-    if args.method == Method::Rerank {
-        options["rerank_model"] = serde_json::json!(args.rerank.model_path());
-        options["rerank_depth"] = serde_json::json!(args.rerank.depth());
-        options["rerank_instruction"] = serde_json::json!(args.rerank.rerank_instruction);
-        options["rerank_max_length"] = serde_json::json!(args.rerank.rerank_max_length);
-    }
-    if let Some(shard) = args.shard {
-        options[SHARD_KEY] = serde_json::json!(shard.info(whole));
-    }
-    let config = RunConfig {
-        tableseek_version: env!("CARGO_PKG_VERSION").to_string(),
-        git_revision: git_revision(),
-        model_sha256: model_sha256(&args.model)?,
-        options,
-        limit: args.limit,
-        command_line: std::env::args().collect(),
-    };
+    let dense = args.method.needs_encoder();
+    let options = run_options(&args, &agent_config, dataset, corpus_dir.clone(), whole);
+    let weights = args
+        .model
+        .random_init
+        .is_none()
+        .then_some(args.model.model.as_path());
+    let config = RunConfig::for_this_process(options.to_json()?, weights, args.limit)?;
     // Open (and check) the run directory before the slow corpus and model loading.
     let mut run_dir = RunDir::open(&args.out, &config, args.resume)?;
     let pending = queries
@@ -415,91 +274,17 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         progress.set_message(record.qid.clone());
         progress.inc(1);
     };
-    let (thinking, constrain) = (args.agent.enable_thinking, args.agent.constrain.is_on());
-    fn llm_for(model: &mut ChatModel, thinking: Option<bool>, constrain: bool) -> EngineLlm<'_> {
-        EngineLlm::new(model)
-            .enable_thinking(thinking)
-            .constrain(constrain)
-    }
-    let summary = if args.concurrency > 1 {
-        let batch = BatchOptions {
-            kv_budget_bytes: args.kv_memory,
-            ..BatchOptions::default()
-        };
-        let (engine, engine_thread) = model.into_engine(batch)?;
-        let mut models = (0..args.concurrency)
-            .map(|_| {
-                engine
-                    .engine_clone()
-                    .context("an engine-backed model has handles")
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        drop(engine);
-        let llms = models
-            .iter_mut()
-            .map(|m| llm_for(m, thinking, constrain))
-            .collect();
-        let summary = run_dir.run_concurrent(&evaluator, llms, &queries, on_done)?;
-        drop(models);
-        let batcher = engine_thread.join()?;
-        tracing::info!(
-            peak_sequences = batcher.peak_sequences(),
-            "concurrent evaluation done"
-        );
-        summary
-    } else {
-        let mut llm = llm_for(&mut model, thinking, constrain);
-        run_dir.run(&evaluator, &mut llm, &queries, on_done)?
+    let drive = ModelDrive {
+        concurrency: usize::try_from(args.concurrency).unwrap_or(usize::MAX),
+        kv_budget_bytes: args.kv_memory,
+        enable_thinking: args.agent.enable_thinking,
+        constrain: args.agent.constrain.is_on(),
     };
+    let summary = run_dir.run_model(&evaluator, model, drive, &queries, on_done)?;
     progress.finish_and_clear();
     println!(
         "{}",
         render_report(&[(&args.out.display().to_string(), &summary)])
     );
-    Ok(())
-}
-
-pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
-    if let Some(out) = &args.merge {
-        let summary = merge_shards(&args.runs, out)?;
-        let name = out.display().to_string();
-        println!("{}", render_report(&[(name.as_str(), &summary)]));
-        return Ok(());
-    }
-    let mut summaries = Vec::new();
-    for dir in &args.runs {
-        let records = read_records(dir)?;
-        summaries.push((dir.display().to_string(), write_summary(dir, &records)?));
-    }
-    let rows: Vec<(&str, &_)> = summaries.iter().map(|(n, s)| (n.as_str(), s)).collect();
-    println!("{}", render_report(&rows));
-    Ok(())
-}
-
-pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
-    let a = read_records(&args.run_a)?;
-    let b = read_records(&args.run_b)?;
-    let options = BootstrapOptions::default()
-        .resamples(args.resamples)
-        .seed(args.seed);
-    let comparison = compare_runs(&a, &b, &options);
-    anyhow::ensure!(
-        comparison.common > 0,
-        "{} and {} have no query in common",
-        args.run_a.display(),
-        args.run_b.display()
-    );
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&comparison)?);
-    } else {
-        print!(
-            "{}",
-            render_comparison(
-                &args.run_a.display().to_string(),
-                &args.run_b.display().to_string(),
-                &comparison
-            )
-        );
-    }
     Ok(())
 }

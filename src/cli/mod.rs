@@ -1,5 +1,6 @@
 use clap::{Parser, Subcommand};
 
+mod agent_args;
 mod ask;
 mod bench;
 mod corpus;
@@ -8,8 +9,10 @@ mod generate;
 mod grep;
 mod inspect;
 mod model_args;
+mod report;
 mod retrieve;
 mod retrievers;
+mod tablerag_args;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,9 +47,9 @@ pub enum Command {
     // Boxed: the encoder and reranker flags make it far larger than the other variants.
     Eval(Box<eval::EvalArgs>),
     /// Rebuild summary.json and report.md of run directories from their queries.jsonl.
-    Report(eval::ReportArgs),
+    Report(report::ReportArgs),
     /// Paired significance tests between two runs over their common queries.
-    Compare(eval::CompareArgs),
+    Compare(report::CompareArgs),
     /// A model's facts and memory plan (weights per device, KV per 1k tokens, the context that
     /// fits), read from its headers without loading weights.
     Inspect(inspect::InspectArgs),
@@ -81,8 +84,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<()> {
         Command::Chat(args) => generate::run_chat(args),
         Command::Retrieve(args) => retrieve::run(args),
         Command::Eval(args) => eval::run_eval(*args),
-        Command::Report(args) => eval::run_report(args),
-        Command::Compare(args) => eval::run_compare(args),
+        Command::Report(args) => report::run_report(args),
+        Command::Compare(args) => report::run_compare(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     }

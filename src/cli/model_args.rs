@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use tableseek::engine::hub::resolve_model_path;
 use tableseek::engine::{
-    parse_dtype, ChatModel, ChatModelOptions, DeviceMap, LoadOptions, ModelSpec, QuantizedWeights,
+    parse_dtype, ChatModel, ChatModelOptions, DeviceMap, LoadOptions, ModelSpec, WeightsMode,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -46,8 +46,8 @@ pub struct PlacementArgs {
     /// GGUF weights in memory: `as-stored` (least memory), `dense` (exact, 8x memory for 4-bit),
     /// `dense-q8` (dense prefill + 8-bit or as-stored 4-bit decode: fastest on CPU), or `auto`: dense-q8 for GGUF
     /// files up to 512 MiB on CPU, as-stored otherwise.
-    #[arg(long, default_value = "auto")]
-    pub weights: String,
+    #[arg(long, value_enum, default_value_t = WeightsMode::Auto)]
+    pub weights: WeightsMode,
 }
 
 impl PlacementArgs {
@@ -63,7 +63,7 @@ impl PlacementArgs {
     ) -> anyhow::Result<LoadOptions> {
         Ok(LoadOptions {
             dtype: self.dtype.as_deref().map(parse_dtype).transpose()?,
-            quantized: weights_mode(&self.weights, model, devices)?,
+            quantized: self.weights.resolve(model, devices),
             prefill_chunk: None,
         })
     }
@@ -105,40 +105,6 @@ impl ModelArgs {
         })?;
         tracing::info!(ms = started.elapsed().as_millis() as u64, "model loaded");
         Ok(model)
-    }
-}
-
-/// A `--weights` value for `model` on `devices`.
-pub fn weights_mode(
-    text: &str,
-    model: &std::path::Path,
-    devices: &DeviceMap,
-) -> anyhow::Result<QuantizedWeights> {
-    Ok(match text {
-        "as-stored" => QuantizedWeights::AsStored,
-        "dense" => QuantizedWeights::Dense,
-        "dense-q8" => QuantizedWeights::DenseWithQ8Decode,
-        "auto" => QuantizedWeights::auto(model, devices),
-        other => bail!("unknown --weights `{other}` (as-stored, dense, dense-q8, auto)"),
-    })
-}
-
-/// Whether `model` is a GGUF small enough to expand to dense weights on an all-CPU device map
-/// (see [`QuantizedWeights::is_small_gguf`]).
-pub fn small_on_cpu(model: &std::path::Path, devices: &DeviceMap) -> bool {
-    devices.first().is_cpu() && devices.last().is_cpu() && QuantizedWeights::is_small_gguf(model)
-}
-
-/// Load options for a model that only ever prefills (embedding and reranker heads): dense
-/// weights where [`small_on_cpu`], else as stored.
-pub fn prefill_load_options(model: &std::path::Path, devices: &DeviceMap) -> LoadOptions {
-    LoadOptions {
-        quantized: if small_on_cpu(model, devices) {
-            QuantizedWeights::Dense
-        } else {
-            QuantizedWeights::AsStored
-        },
-        ..LoadOptions::default()
     }
 }
 

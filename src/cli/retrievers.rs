@@ -1,19 +1,20 @@
 //! Encoder and reranker flags shared by `retrieve` and `eval`, and loading what they name.
+//!
+//! Over 150 lines because the flags and their documented defaults take ~60; which encoder a path
+//! holds and how it loads are `retrieve::encoder`'s, the cache is `retrieve::dense`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use tableseek::engine::hub::resolve_model_path;
-use tableseek::engine::DeviceMap;
-use tableseek::retrieve::bert::{BertEncoder, EncodeOptions};
+use tableseek::engine::{DeviceMap, LoadOptions};
 use tableseek::retrieve::dense::{CacheStatus, DenseIndex, TextEncoder};
-use tableseek::retrieve::llm_embed::{LlmEmbedOptions, LlmEncoder, DEFAULT_TASK};
+use tableseek::retrieve::encoder::{load_encoder, EncoderSettings};
+use tableseek::retrieve::llm_embed::DEFAULT_TASK;
 use tableseek::retrieve::rerank::{
     RerankBatching, RerankOptions, Reranker, DEFAULT_INSTRUCTION, DEFAULT_MAX_LENGTH,
 };
-
-use super::model_args::prefill_load_options;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct EncoderArgs {
@@ -81,63 +82,50 @@ impl EncoderArgs {
             .unwrap_or_else(|| models_dir().join("all-MiniLM-L6-v2"))
     }
 
-    /// The encoder the flags name, on the first device of `devices`.
+    /// The encoder the flags name (`retrieve::encoder`'s choice and defaults).
     pub fn load(
         &self,
         devices: &DeviceMap,
         progress: bool,
     ) -> anyhow::Result<Box<dyn TextEncoder>> {
-        let path = self.model_path();
-        let context = || format!("loading the encoder from {}", path.display());
-        if is_bert(&path) {
-            let mut options = EncodeOptions::default().progress(progress);
-            if let Some(max_length) = self.max_length {
-                options = options.max_length(max_length);
-            }
-            if let Some(batch_size) = self.batch_size {
-                options = options.batch_size(batch_size);
-            }
-            let encoder =
-                BertEncoder::load(&path, devices.first(), options).with_context(context)?;
-            return Ok(Box::new(encoder));
-        }
-        let defaults = LlmEmbedOptions::default();
-        let options = LlmEmbedOptions {
+        let settings = EncoderSettings {
+            max_length: self.max_length,
+            batch_size: self.batch_size,
             task: self.embed_task.clone(),
             dim: self.embed_dim,
-            max_length: self.max_length.unwrap_or(defaults.max_length),
-            batch_size: self.batch_size.unwrap_or(defaults.batch_size),
+            progress,
         };
-        let load = prefill_load_options(&path, devices);
-        let encoder = LlmEncoder::load(&path, devices, &load, options).with_context(context)?;
-        Ok(Box::new(encoder))
+        Ok(load_encoder(&self.model_path(), devices, &settings)?)
     }
 
     /// Embeddings of `texts`, from the cache when it holds them.
     pub fn index(&self, encoder: &dyn TextEncoder, texts: &[&str]) -> anyhow::Result<DenseIndex> {
         let start = Instant::now();
-        let embedded = |index: &DenseIndex, cached: &str| {
-            eprintln!(
-                "embedded {} tables in {:.1?} ({:.1} tables/s){cached}",
-                index.len(),
-                start.elapsed(),
-                index.len() as f64 / start.elapsed().as_secs_f64(),
-            )
-        };
-        let index = if self.no_cache {
-            let index = DenseIndex::build(encoder, texts)?;
-            embedded(&index, "");
-            index
-        } else {
-            let (index, status) = DenseIndex::load_or_build(encoder, texts, &self.cache_dir)?;
-            match status {
-                CacheStatus::Hit(path) => tracing::info!("embeddings from {}", path.display()),
-                CacheStatus::Built(path) | CacheStatus::Rebuilt(path, _) => {
-                    embedded(&index, &format!("; cached in {}", path.display()))
-                }
+        let (index, status) = match self.no_cache {
+            true => (DenseIndex::build(encoder, texts)?, None),
+            false => {
+                let (index, status) = DenseIndex::load_or_build(encoder, texts, &self.cache_dir)?;
+                (index, Some(status))
             }
-            index
         };
+        let cached = match status {
+            Some(CacheStatus::Hit(path)) => {
+                tracing::info!("embeddings from {}", path.display());
+                None
+            }
+            Some(CacheStatus::Built(path) | CacheStatus::Rebuilt(path, _)) => {
+                Some(format!("; cached in {}", path.display()))
+            }
+            None => Some(String::new()),
+        };
+        if let Some(cached) = cached {
+            let seconds = start.elapsed().as_secs_f64();
+            let rate = index.len() as f64 / seconds;
+            eprintln!(
+                "embedded {} tables in {seconds:.1}s ({rate:.1} tables/s){cached}",
+                index.len()
+            );
+        }
         if index.truncated() > 0 {
             tracing::warn!(
                 "{} of {} tables are longer than the encoder's maximum length; only their start is embedded",
@@ -147,17 +135,6 @@ impl EncoderArgs {
         }
         Ok(index)
     }
-}
-
-/// A folder whose config.json says BERT; anything else is loaded as a decoder LLM.
-fn is_bert(path: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(path.join("config.json")) else {
-        return false;
-    };
-    let Ok(config) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-        return false;
-    };
-    config.get("model_type").and_then(|t| t.as_str()) == Some("bert")
 }
 
 impl RerankArgs {
@@ -187,7 +164,7 @@ impl RerankArgs {
             yes_no_ids: None,
             batching: RerankBatching::Auto,
         };
-        let load = prefill_load_options(&path, devices);
+        let load = LoadOptions::for_prefill(&path, devices);
         Reranker::load(&path, devices, &load, options)
             .with_context(|| format!("loading the reranker from {}", path.display()))
     }

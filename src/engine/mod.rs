@@ -55,7 +55,7 @@ pub use generate::{
     CallStats, GenerateOptions, GenerateOutput, Generator, LogitsMask, LoopGuard, StopReason,
 };
 pub use kv_cache::KvCache;
-pub use load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights};
+pub use load::{read_gguf, LoadOptions, ModelSpec, QuantizedWeights, WeightsMode};
 pub use model::Model;
 pub use prefix_cache::PrefixCache;
 

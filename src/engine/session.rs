@@ -196,6 +196,25 @@ impl ChatModel {
         }
     }
 
+    /// [`ChatModel::into_engine`] with `handles` handles (at least one), for as many threads. The
+    /// engine thread ends once every handle is dropped; join it then.
+    pub fn into_engine_handles(
+        self,
+        options: BatchOptions,
+        handles: usize,
+    ) -> Result<(Vec<Self>, EngineThread)> {
+        let (first, thread) = self.into_engine(options)?;
+        let mut models = Vec::with_capacity(handles.max(1));
+        for _ in 1..handles.max(1) {
+            let handle = first.engine_clone().ok_or_else(|| {
+                EngineError::EngineStopped("an engine-backed model has no handle".into())
+            })?;
+            models.push(handle);
+        }
+        models.push(first);
+        Ok((models, thread))
+    }
+
     /// Another handle to the same engine thread (`None` for a local model, which has one owner).
     pub fn engine_clone(&self) -> Option<Self> {
         match &self.backend {

@@ -215,6 +215,106 @@ pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
     Ok(queries)
 }
 
+/// A query to rank tables for: what `tableseek retrieve` reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankingQuery {
+    pub qid: String,
+    pub query: String,
+    /// The first one is the table recall tests for; empty when the line names none.
+    pub gold_tables: Vec<String>,
+}
+
+/// The fields a ranking needs, under every name the formats above give them.
+#[derive(Deserialize)]
+struct RankingLine {
+    qid: serde_json::Value,
+    query: Option<String>,
+    claim: Option<String>,
+    question: Option<String>,
+    #[serde(default)]
+    gold_tables: Vec<String>,
+    gold_table: Option<String>,
+}
+
+/// One rule for both readers: a line `load_queries` accepts is read by `load_ranking_queries` as
+/// the same qid, query text and gold tables (Spider lines with an empty answer included: a
+/// ranking needs no answer). Lines that only name a `qid` (string or integer) and a `query`,
+/// `claim` or `question`, with an optional `gold_tables`/`gold_table`, are ranking queries too.
+fn parse_ranking_line(text: &str) -> Result<RankingQuery, String> {
+    if let Ok(Some(query)) = parse_line(text) {
+        return Ok(RankingQuery {
+            qid: query.qid,
+            query: query.query,
+            gold_tables: query.gold_tables,
+        });
+    }
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if value.get("db_id").is_some() && value.get("query").is_none() {
+        let line: SpiderLine = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        return Ok(RankingQuery {
+            qid: line.qid,
+            query: line.question,
+            gold_tables: vec![format!("{}__{}.csv", line.db_id, line.table)],
+        });
+    }
+    let line: RankingLine = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let qid = match line.qid {
+        serde_json::Value::String(qid) => qid,
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("qid must be a string or an integer, not {other}")),
+    };
+    if qid.trim().is_empty() {
+        return Err("empty qid".into());
+    }
+    let query = line
+        .query
+        .or(line.claim)
+        .or(line.question)
+        .filter(|q| !q.trim().is_empty())
+        .ok_or("no `query`, `claim` or `question` text")?;
+    let mut gold_tables = line.gold_tables;
+    gold_tables.extend(line.gold_table);
+    Ok(RankingQuery {
+        qid,
+        query,
+        gold_tables,
+    })
+}
+
+/// Reads the queries of a ranking file (any dataset `load_queries` reads, and ranking-only lines;
+/// see [`parse_ranking_line`]'s rule). Qids must be unique, as in `load_queries`.
+pub fn load_ranking_queries(path: &Path) -> Result<Vec<RankingQuery>, DatasetError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut queries = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let query = parse_ranking_line(line).map_err(|message| DatasetError::Invalid {
+            path: path.to_path_buf(),
+            line: index + 1,
+            message,
+        })?;
+        if let Some(first) = seen.insert(query.qid.clone(), index + 1) {
+            return Err(DatasetError::DuplicateQid {
+                path: path.to_path_buf(),
+                qid: query.qid,
+                first,
+                second: index + 1,
+            });
+        }
+        queries.push(query);
+    }
+    if queries.is_empty() {
+        return Err(DatasetError::Empty(path.to_path_buf()));
+    }
+    Ok(queries)
+}
+
 /// Where a named dataset lives under the shared directory: its query file and default corpus.
 /// Anything else is taken as a path to a JSONL file (with no default corpus).
 pub fn resolve_dataset(name: &str, shared: &Path) -> (PathBuf, Option<PathBuf>) {
@@ -290,5 +390,35 @@ mod tests {
         )
         .unwrap_err()
         .contains("gold_tables"));
+    }
+
+    #[test]
+    fn ranking_reader_reads_what_eval_reads_and_ranking_only_lines() {
+        let lines = [
+            r#"{"qid":"s1","query":"Capital?","task":"tableqa","answers":["Canberra"],"gold_tables":["a.csv","b.csv"]}"#,
+            r#"{"qid":"test-1_2","claim":"x be y","label":1,"gold_table":"1-2.html.csv"}"#,
+            r#"{"qid":"s","db_id":"d","question":"q?","sql":"s","table":"t","answer":[[null]],"answer_empty":true}"#,
+        ];
+        for line in &lines[..2] {
+            let eval = parse_line(line).unwrap().unwrap();
+            let ranking = parse_ranking_line(line).unwrap();
+            assert_eq!(
+                (ranking.qid, ranking.query, ranking.gold_tables),
+                (eval.qid, eval.query, eval.gold_tables)
+            );
+        }
+        // Unscorable for eval, still a query to rank.
+        let spider = parse_ranking_line(lines[2]).unwrap();
+        assert_eq!(spider.gold_tables, ["d__t.csv"]);
+        // Ranking-only: integer qid, no task, no answer, no gold.
+        let bare = parse_ranking_line(r#"{"qid":7,"question":"Who?"}"#).unwrap();
+        assert_eq!((bare.qid.as_str(), bare.query.as_str()), ("7", "Who?"));
+        assert!(bare.gold_tables.is_empty());
+        assert!(parse_ranking_line(r#"{"qid":"a"}"#)
+            .unwrap_err()
+            .contains("query"));
+        assert!(parse_ranking_line(r#"{"qid":["a"],"query":"q"}"#)
+            .unwrap_err()
+            .contains("qid"));
     }
 }

@@ -16,6 +16,7 @@
 pub mod answer;
 pub mod dataset;
 pub mod metrics;
+pub mod options;
 pub mod plots;
 pub mod report;
 pub mod run;
@@ -25,8 +26,10 @@ pub mod stats;
 
 mod special;
 
-pub use dataset::{load_queries, resolve_dataset, DatasetError, EvalQuery};
+pub use dataset::{
+    load_queries, load_ranking_queries, resolve_dataset, DatasetError, EvalQuery, RankingQuery,
+};
 pub use report::{compare_runs, render_comparison, render_report, Comparison, Summary};
 pub use run::{EvalError, EvalOptions, Evaluator, Method, QaMode, QueryRecord};
-pub use rundir::{read_records, write_summary, RunConfig, RunDir, RunError};
+pub use rundir::{read_records, write_summary, ModelDrive, RunConfig, RunDir, RunError};
 pub use shard::{merge as merge_shards, MergeError, Shard};

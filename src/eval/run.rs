@@ -100,6 +100,14 @@ impl Method {
             Method::Hybrid => "hybrid",
         }
     }
+
+    /// Whether the method embeds tables (or chunks) with a dense encoder.
+    pub fn needs_encoder(self) -> bool {
+        matches!(
+            self,
+            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid
+        )
+    }
 }
 
 impl fmt::Display for Method {

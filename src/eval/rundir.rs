@@ -22,7 +22,8 @@ use super::dataset::EvalQuery;
 use super::metrics::MetricsError;
 use super::report::{render_report, Summary};
 use super::run::{EvalError, Evaluator, QueryRecord};
-use crate::agent::{Llm, SearchSpace};
+use crate::agent::{EngineLlm, Llm, SearchSpace};
+use crate::engine::{BatchOptions, ChatModel};
 
 pub const CONFIG_FILE: &str = "config.json";
 pub const QUERIES_FILE: &str = "queries.jsonl";
@@ -57,6 +58,8 @@ pub enum RunError {
     Plot { path: PathBuf, message: String },
     #[error("{0} has no finished queries")]
     NoRecords(PathBuf),
+    #[error("the batching engine: {0}")]
+    Engine(#[from] crate::engine::EngineError),
     #[error(transparent)]
     Eval(#[from] EvalError),
     #[error(transparent)]
@@ -68,6 +71,18 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// How [`RunDir::run_model`] drives a loaded model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelDrive {
+    /// Queries in flight at once; 1 runs them one by one on the model itself.
+    pub concurrency: usize,
+    /// KV-cache memory the concurrent sequences may reserve together.
+    pub kv_budget_bytes: usize,
+    pub enable_thinking: Option<bool>,
+    /// Structured decoding for the calls that carry a grammar.
+    pub constrain: bool,
 }
 
 /// What `config.json` holds. Only `options` and `model_sha256` must match to resume; the
@@ -87,6 +102,23 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// The config of a run started by this process: its version, build revision and command
+    /// line, the weights' hash (`None` for random weights) and `options`.
+    pub fn for_this_process(
+        options: serde_json::Value,
+        weights: Option<&Path>,
+        limit: Option<usize>,
+    ) -> Result<Self, crate::provenance::HashError> {
+        Ok(RunConfig {
+            tableseek_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_revision: crate::provenance::git_revision(),
+            model_sha256: weights.map(crate::provenance::weights_sha256).transpose()?,
+            options,
+            limit,
+            command_line: std::env::args().collect(),
+        })
+    }
+
     /// The keys of `options` (and the model hash) whose values differ, in sorted order.
     pub(crate) fn differences(&self, other: &RunConfig) -> Vec<String> {
         let mut keys = BTreeSet::new();
@@ -314,6 +346,40 @@ impl RunDir {
             self.append(record)?;
         }
         write_summary(&self.path, &self.finished)
+    }
+
+    /// Runs the pending queries on `model` as `drive` says: one at a time on the model itself,
+    /// or `drive.concurrency` at once through a batching engine thread (records identical).
+    pub fn run_model<S: SearchSpace + Sync + ?Sized>(
+        &mut self,
+        evaluator: &Evaluator<'_, S>,
+        mut model: ChatModel,
+        drive: ModelDrive,
+        queries: &[EvalQuery],
+        on_done: impl FnMut(&QueryRecord),
+    ) -> Result<Summary, RunError> {
+        fn llm_for(model: &mut ChatModel, drive: ModelDrive) -> EngineLlm<'_> {
+            EngineLlm::new(model)
+                .enable_thinking(drive.enable_thinking)
+                .constrain(drive.constrain)
+        }
+        if drive.concurrency <= 1 {
+            return self.run(evaluator, &mut llm_for(&mut model, drive), queries, on_done);
+        }
+        let batch = BatchOptions {
+            kv_budget_bytes: drive.kv_budget_bytes,
+            ..BatchOptions::default()
+        };
+        let (mut models, engine_thread) = model.into_engine_handles(batch, drive.concurrency)?;
+        let llms = models.iter_mut().map(|m| llm_for(m, drive)).collect();
+        let summary = self.run_concurrent(evaluator, llms, queries, on_done);
+        drop(models);
+        let batcher = engine_thread.join()?;
+        tracing::info!(
+            peak_sequences = batcher.peak_sequences(),
+            "concurrent evaluation done"
+        );
+        summary
     }
 
     /// [`RunDir::run`] with one LLM per worker thread (e.g. handles to one batching engine):

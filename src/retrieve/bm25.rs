@@ -76,6 +76,25 @@ pub struct Bm25Builder {
     english_stopwords: bool,
 }
 
+/// The two BM25 setups users pick between (`--bm25`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Bm25Preset {
+    /// rank_bm25's BM25Okapi (k1 1.5, b 0.75, epsilon 0.25, no stopwords).
+    #[default]
+    Okapi,
+    /// bm25s's Lucene variant with its English stopwords.
+    Lucene,
+}
+
+impl Bm25Preset {
+    pub fn builder(self) -> Bm25Builder {
+        match self {
+            Bm25Preset::Okapi => Bm25Builder::okapi(),
+            Bm25Preset::Lucene => Bm25Builder::lucene().english_stopwords(true),
+        }
+    }
+}
+
 impl Bm25Builder {
     pub fn new(variant: Bm25Variant) -> Self {
         Self {

@@ -34,21 +34,87 @@ pub struct Fused {
 
 /// The fusion of `lists`, best first, every item that any list holds exactly once.
 pub fn reciprocal_rank_fusion(lists: &[RankedList<'_>], k: f64) -> Vec<Fused> {
-    // item -> (score, best rank, first list reaching that rank)
+    let sides: Vec<Side<'_>> = lists
+        .iter()
+        .map(|list| Side {
+            items: list.items.iter().map(|&item| (item, 0.0)).collect(),
+            weight: list.weight,
+        })
+        .collect();
+    accumulate(&sides, |rank, _| 1.0 / (k + rank as f64))
+}
+
+/// How [`fuse_two`] joins two scored rankings.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "rule", rename_all = "lowercase")]
+pub enum FusionRule {
+    /// Weighted reciprocal rank fusion: scores are ignored, ranks count.
+    Rrf { k: f64, weights: [f64; 2] },
+    /// Weighted sum of each side's scores divided by that side's best score, so both sides
+    /// span (0, 1] whatever their scale; an item missing from a side gets 0 there.
+    Blend { weights: [f64; 2] },
+}
+
+impl Default for FusionRule {
+    /// Plain RRF with the paper's k.
+    fn default() -> Self {
+        FusionRule::Rrf {
+            k: DEFAULT_RRF_K,
+            weights: [1.0, 1.0],
+        }
+    }
+}
+
+/// Two rankings of `(item, score)` pairs, best first, joined by `rule`; ties as in
+/// [`reciprocal_rank_fusion`].
+pub fn fuse_two(rule: FusionRule, first: &[(usize, f64)], second: &[(usize, f64)]) -> Vec<Fused> {
+    let weights = match rule {
+        FusionRule::Rrf { weights, .. } | FusionRule::Blend { weights } => weights,
+    };
+    let sides = [
+        Side {
+            items: std::borrow::Cow::Borrowed(first),
+            weight: weights[0],
+        },
+        Side {
+            items: std::borrow::Cow::Borrowed(second),
+            weight: weights[1],
+        },
+    ];
+    match rule {
+        FusionRule::Rrf { k, .. } => accumulate(&sides, |rank, _| 1.0 / (k + rank as f64)),
+        FusionRule::Blend { .. } => accumulate(&sides, |_, relative| relative),
+    }
+}
+
+struct Side<'a> {
+    items: std::borrow::Cow<'a, [(usize, f64)]>,
+    weight: f64,
+}
+
+/// Sums `weight · gain(rank, score / best score)` per item over the sides in order (ranks
+/// from 1, an item's repeats ignored), then sorts with the documented tie-breaks.
+fn accumulate(sides: &[Side<'_>], gain: impl Fn(usize, f64) -> f64) -> Vec<Fused> {
+    // item -> (score, best rank, first side reaching that rank)
     let mut seen: std::collections::BTreeMap<usize, (f64, usize, usize)> = Default::default();
-    for (list_index, list) in lists.iter().enumerate() {
+    for (side_index, side) in sides.iter().enumerate() {
+        let best = side
+            .items
+            .iter()
+            .map(|&(_, score)| score)
+            .fold(0.0_f64, f64::max);
         let mut placed = std::collections::BTreeSet::new();
-        for &item in list.items {
+        for &(item, score) in side.items.iter() {
             if !placed.insert(item) {
                 continue;
             }
             let rank = placed.len();
-            let gain = list.weight / (k + rank as f64);
+            let relative = if best > 0.0 { score / best } else { 0.0 };
             let entry = seen.entry(item).or_insert((0.0, usize::MAX, usize::MAX));
-            entry.0 += gain;
+            entry.0 += side.weight * gain(rank, relative);
             if rank < entry.1 {
                 entry.1 = rank;
-                entry.2 = list_index;
+                entry.2 = side_index;
             }
         }
     }
@@ -132,5 +198,60 @@ mod tests {
             60.0,
         );
         assert_eq!(items(&tilted), vec![2, 1]);
+    }
+
+    #[test]
+    fn fuse_two_by_rrf_is_weighted_rrf_and_blend_uses_relative_scores() {
+        let first = [(1, 0.9), (2, 0.3)];
+        let second = [(2, 12.0), (3, 6.0)];
+        let rule = FusionRule::Rrf {
+            k: 60.0,
+            weights: [1.0, 2.0],
+        };
+        let by_rank = reciprocal_rank_fusion(
+            &[
+                RankedList {
+                    items: &[1, 2],
+                    weight: 1.0,
+                },
+                RankedList {
+                    items: &[2, 3],
+                    weight: 2.0,
+                },
+            ],
+            60.0,
+        );
+        assert_eq!(fuse_two(rule, &first, &second), by_rank);
+
+        // Blend: 2 scores 0.3/0.9 + 12/12 = 1.33, 1 scores 1.0, 3 scores 0.5.
+        let blend = fuse_two(
+            FusionRule::Blend {
+                weights: [1.0, 1.0],
+            },
+            &first,
+            &second,
+        );
+        assert_eq!(items(&blend), vec![2, 1, 3]);
+        assert!((blend[0].score - (0.3 / 0.9 + 1.0)).abs() < 1e-12);
+        // A zero weight leaves that side as a tie-breaker only.
+        let first_only = fuse_two(
+            FusionRule::Blend {
+                weights: [1.0, 0.0],
+            },
+            &first,
+            &second,
+        );
+        assert_eq!(items(&first_only), vec![1, 2, 3]);
+        // Empty or all-zero sides contribute nothing and never divide by zero.
+        let zeros = [(4, 0.0), (5, 0.0)];
+        let fused = fuse_two(
+            FusionRule::Blend {
+                weights: [1.0, 1.0],
+            },
+            &zeros,
+            &[],
+        );
+        assert_eq!(items(&fused), vec![4, 5]);
+        assert!(fused.iter().all(|f| f.score == 0.0));
     }
 }

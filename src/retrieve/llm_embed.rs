@@ -10,10 +10,7 @@
 //! Texts up to the model's window are embedded whole; longer ones keep their first
 //! `max_length - 1` tokens plus `<|endoftext|>`, and are counted.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-
-use sha2::{Digest, Sha256};
 
 use super::bert::Embeddings;
 use crate::engine::{
@@ -226,36 +223,12 @@ fn unit(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| (f64::from(x) / norm) as f32).collect()
 }
 
-/// SHA-256 over the model file, or over a checkpoint directory's files in name order (names
-/// included), so embeddings of other weights or another tokenizer never share a cache entry.
+/// The weights' identity ([`crate::provenance::weights_sha256`]; a checkpoint folder's tokenizer
+/// is among its files), so embeddings of other weights or another tokenizer never share a cache
+/// entry.
 pub fn fingerprint(path: &Path) -> Result<String> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| LlmEmbedError::Io { path, source }
-    };
-    let mut files = if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(io(path))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file())
-            .collect();
-        files.sort();
-        files
-    } else {
-        vec![path.to_path_buf()]
-    };
-    let mut hasher = Sha256::new();
-    for file in files.drain(..) {
-        hasher.update(file.file_name().unwrap_or_default().as_encoded_bytes());
-        let mut reader = std::fs::File::open(&file).map_err(io(&file))?;
-        let mut buffer = vec![0u8; 1 << 20];
-        loop {
-            let n = reader.read(&mut buffer).map_err(io(&file))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buffer[..n]);
-        }
-    }
-    Ok(hex::encode(hasher.finalize()))
+    crate::provenance::weights_sha256(path).map_err(|e| LlmEmbedError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::bm25::{Bm25Index, Hit};
 use super::dense::{DenseIndex, Result, TextEncoder};
-use super::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K, FUSION_POOL};
+use super::fusion::{fuse_two, FusionRule, FUSION_POOL};
 use super::rerank::{reorder, Reranker};
 
 /// An LLM reranker over the first `depth` dense hits; behind a lock because concurrent
@@ -96,28 +96,18 @@ impl Ranker<'_, '_> {
                 let embedding = encoder.embed_query(query)?;
                 let encode_ms = started.elapsed().as_secs_f64() * 1e3;
                 let pool = FUSION_POOL.max(k);
-                let semantic: Vec<usize> = index
+                let semantic: Vec<(usize, f64)> = index
                     .search(&embedding, pool)?
                     .into_iter()
-                    .map(|hit| hit.doc)
+                    .map(|hit| (hit.doc, hit.score))
                     .collect();
-                let lexical: Vec<usize> = bm25
+                let lexical: Vec<(usize, f64)> = bm25
                     .search(query, pool)
                     .into_iter()
                     .filter(|hit| hit.score > 0.0)
-                    .map(|hit| hit.doc)
+                    .map(|hit| (hit.doc, hit.score))
                     .collect();
-                let lists = [
-                    RankedList {
-                        items: &lexical,
-                        weight: 1.0,
-                    },
-                    RankedList {
-                        items: &semantic,
-                        weight: 1.0,
-                    },
-                ];
-                let hits = reciprocal_rank_fusion(&lists, DEFAULT_RRF_K)
+                let hits = fuse_two(FusionRule::default(), &lexical, &semantic)
                     .into_iter()
                     .take(k)
                     .map(|fused| Hit {

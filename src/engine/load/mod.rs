@@ -109,6 +109,32 @@ impl QuantizedWeights {
     }
 }
 
+/// What `--weights` asks for: a [`QuantizedWeights`] or `auto`, which picks one per model and
+/// device map ([`WeightsMode::resolve`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightsMode {
+    /// [`QuantizedWeights::AsStored`].
+    AsStored,
+    /// [`QuantizedWeights::Dense`].
+    Dense,
+    /// [`QuantizedWeights::DenseWithQ8Decode`].
+    DenseQ8,
+    /// [`QuantizedWeights::auto`].
+    #[default]
+    Auto,
+}
+
+impl WeightsMode {
+    pub fn resolve(self, model: &Path, devices: &DeviceMap) -> QuantizedWeights {
+        match self {
+            WeightsMode::AsStored => QuantizedWeights::AsStored,
+            WeightsMode::Dense => QuantizedWeights::Dense,
+            WeightsMode::DenseQ8 => QuantizedWeights::DenseWithQ8Decode,
+            WeightsMode::Auto => QuantizedWeights::auto(model, devices),
+        }
+    }
+}
+
 /// Loading settings beyond the weights' location and devices.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadOptions {
@@ -121,6 +147,22 @@ pub struct LoadOptions {
     pub quantized: QuantizedWeights,
     /// Prefill chunk; [`DEFAULT_PREFILL_CHUNK`] when `None`.
     pub prefill_chunk: Option<usize>,
+}
+
+impl LoadOptions {
+    /// For a model that only ever prefills (embedding and reranker heads): dense weights for a
+    /// GGUF small enough for [`QuantizedWeights::auto`]'s rule on an all-CPU map (there is no
+    /// decoding for the 8-bit copy to speed up), else as stored.
+    pub fn for_prefill(model: &Path, devices: &DeviceMap) -> Self {
+        let quantized = match QuantizedWeights::auto(model, devices) {
+            QuantizedWeights::DenseWithQ8Decode => QuantizedWeights::Dense,
+            other => other,
+        };
+        LoadOptions {
+            quantized,
+            ..LoadOptions::default()
+        }
+    }
 }
 
 impl Model {
