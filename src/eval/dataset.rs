@@ -172,36 +172,7 @@ fn parse_line(text: &str) -> Result<Option<EvalQuery>, String> {
 /// Reads a dataset file (native or TabFact lines, blank lines ignored). Qids must be unique:
 /// resuming a run relies on them.
 pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut queries = Vec::new();
-    let mut seen = std::collections::BTreeMap::new();
-    let mut unscorable = 0usize;
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed = parse_line(line).map_err(|message| DatasetError::Invalid {
-            path: path.to_path_buf(),
-            line: index + 1,
-            message,
-        })?;
-        let Some(query) = parsed else {
-            unscorable += 1;
-            continue;
-        };
-        if let Some(first) = seen.insert(query.qid.clone(), index + 1) {
-            return Err(DatasetError::DuplicateQid {
-                path: path.to_path_buf(),
-                qid: query.qid,
-                first,
-                second: index + 1,
-            });
-        }
-        queries.push(query);
-    }
+    let (queries, unscorable) = read_lines(path, parse_line, |q: &EvalQuery| &q.qid)?;
     if unscorable > 0 {
         tracing::warn!(
             path = %path.display(),
@@ -209,10 +180,51 @@ pub fn load_queries(path: &Path) -> Result<Vec<EvalQuery>, DatasetError> {
             "questions with an empty executed answer skipped (nothing to score)"
         );
     }
+    Ok(queries)
+}
+
+/// The queries `parse` makes of a file's non-blank lines, and how many lines it passed over
+/// (`Ok(None)`); an error names the line, a repeated qid both lines, and a file with no query is
+/// an error too.
+fn read_lines<T>(
+    path: &Path,
+    parse: impl Fn(&str) -> Result<Option<T>, String>,
+    qid: impl Fn(&T) -> &String,
+) -> Result<(Vec<T>, usize), DatasetError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut queries = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut passed_over = 0usize;
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = parse(line).map_err(|message| DatasetError::Invalid {
+            path: path.to_path_buf(),
+            line: index + 1,
+            message,
+        })?;
+        let Some(query) = parsed else {
+            passed_over += 1;
+            continue;
+        };
+        if let Some(first) = seen.insert(qid(&query).clone(), index + 1) {
+            return Err(DatasetError::DuplicateQid {
+                path: path.to_path_buf(),
+                qid: qid(&query).clone(),
+                first,
+                second: index + 1,
+            });
+        }
+        queries.push(query);
+    }
     if queries.is_empty() {
         return Err(DatasetError::Empty(path.to_path_buf()));
     }
-    Ok(queries)
+    Ok((queries, passed_over))
 }
 
 /// A query to rank tables for: what `tableseek retrieve` reads.
@@ -284,35 +296,8 @@ fn parse_ranking_line(text: &str) -> Result<RankingQuery, String> {
 /// Reads the queries of a ranking file (any dataset `load_queries` reads, and ranking-only lines;
 /// see [`parse_ranking_line`]'s rule). Qids must be unique, as in `load_queries`.
 pub fn load_ranking_queries(path: &Path) -> Result<Vec<RankingQuery>, DatasetError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut queries = Vec::new();
-    let mut seen = std::collections::BTreeMap::new();
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let query = parse_ranking_line(line).map_err(|message| DatasetError::Invalid {
-            path: path.to_path_buf(),
-            line: index + 1,
-            message,
-        })?;
-        if let Some(first) = seen.insert(query.qid.clone(), index + 1) {
-            return Err(DatasetError::DuplicateQid {
-                path: path.to_path_buf(),
-                qid: query.qid,
-                first,
-                second: index + 1,
-            });
-        }
-        queries.push(query);
-    }
-    if queries.is_empty() {
-        return Err(DatasetError::Empty(path.to_path_buf()));
-    }
-    Ok(queries)
+    let parse = |line: &str| parse_ranking_line(line).map(Some);
+    Ok(read_lines(path, parse, |q: &RankingQuery| &q.qid)?.0)
 }
 
 /// Where a named dataset lives under the shared directory: its query file and default corpus.
