@@ -224,8 +224,8 @@ pub enum Candidates {
     Grep,
     /// BM25 over the query and the patterns' words.
     Bm25,
-    /// Reciprocal rank fusion of the two (`retrieve::fusion`): literal evidence the patterns
-    /// found, and the query's words where the patterns missed.
+    /// The two joined by [`crate::agent::HYBRID_FUSION`] (`retrieve::fusion`): literal evidence
+    /// the patterns found, and the query's words where the patterns missed.
     Hybrid,
 }
 

@@ -52,8 +52,8 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = SqlAnswer::Rows)]
     pub sql_answer: SqlAnswer,
     /// The ranking behind refine's candidate pool: `grep` (share of patterns, the paper's),
-    /// `bm25` (the query's and the patterns' words), or `hybrid` (reciprocal rank fusion of the
-    /// two). Previews show the patterns' matched rows either way.
+    /// `bm25` (the query's and the patterns' words), or `hybrid` (the two blended, BM25 weighted
+    /// 4: `agent::HYBRID_FUSION`). Previews show the patterns' matched rows either way.
     #[arg(long, value_enum, default_value_t = Candidates::Grep)]
     pub candidates: Candidates,
     /// Ablation: from the first ranking straight to QA.

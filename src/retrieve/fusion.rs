@@ -1,7 +1,7 @@
 //! One ranking from several: weighted reciprocal rank fusion (Cormack, Clarke and Büttcher,
-//! SIGIR 2009). Rank-based rather than a blend of scores because the rankings it joins score on
-//! unrelated scales (a pattern share in 0..1, BM25's unbounded sums, cosines), and a blend would
-//! need per-corpus normalization that RRF does not.
+//! SIGIR 2009), and for two rankings a blend of scores ([`fuse_two`], [`FusionRule`]). RRF needs
+//! no common scale (a pattern share in 0..1, BM25's unbounded sums, cosines); the blend divides
+//! each side by its best score, so it keeps how far apart a side's hits are, which RRF drops.
 //!
 //! An item's fused score is `Σ_r w_r / (k + rank_r)` over the rankings `r` that hold it (ranks from
 //! 1), so an item found by one ranking only still scores, below an item equally placed in two.
