@@ -342,15 +342,31 @@ mod tests {
         let fused = hybrid.rank(query, &missing);
         assert_eq!(fused.iter().map(|r| r.table).collect::<Vec<_>>(), vec![1]);
 
+        // Both sides' hits reach the pool. The default blend weighs BM25 4:1, so the
+        // table matching two of the query's words stays ahead of a pattern-only hit, and the
+        // pattern's table gains exactly its share (1.0, the best) on top of its BM25 part.
         let hit = vec!["Canberra".to_string()];
         let fused = hybrid.rank(query, &hit);
         assert_eq!(
             fused.iter().map(|r| r.table).collect::<Vec<_>>(),
-            vec![0, 1],
-            "the pattern's table, then the query's"
+            vec![1, 0],
+            "the query's strong table, then the pattern's"
         );
+        let bm25_side = bm25.rank(query, &hit);
+        let best = bm25_side[0].score;
+        let bm25_part = |table: usize| {
+            bm25_side
+                .iter()
+                .find(|r| r.table == table)
+                .map_or(0.0, |r| 4.0 * r.score / best)
+        };
+        assert!((fused[0].score - bm25_part(1)).abs() < 1e-9);
+        assert!((fused[1].score - (1.0 + bm25_part(0))).abs() < 1e-9);
+        // Where the query's words are nowhere in the corpus, the patterns decide alone.
+        let fused = hybrid.rank("Which one?", &hit);
+        assert_eq!(fused.iter().map(|r| r.table).collect::<Vec<_>>(), vec![0]);
         // The same inputs, the same ranking, scores included.
-        assert_eq!(fused, hybrid.rank(query, &hit));
+        assert_eq!(fused, hybrid.rank("Which one?", &hit));
     }
 
     #[test]

@@ -93,6 +93,10 @@ fn stats(dir: &Path, json: bool) -> anyhow::Result<()> {
     for skipped in &stats.skipped {
         writeln!(out, "  {}: {}", skipped.path, skipped.reason)?;
     }
+    writeln!(out, "transcoded    {}", stats.transcoded.len())?;
+    for file in &stats.transcoded {
+        writeln!(out, "  {}: from {}", file.path, file.encoding)?;
+    }
     for warning in &stats.warnings {
         writeln!(out, "warning: {warning}")?;
     }

@@ -10,6 +10,8 @@ use super::{CorpusError, Location, Parsed, ParsedTable, SourceFormat};
 const SNIFF_LINES: usize = 32;
 
 /// Guesses CSV, TSV or TabFact from the first lines of a delimiter-separated file.
+const UNTERMINATED: &str = "unterminated quoted field";
+
 pub(crate) fn sniff(text: &str) -> SourceFormat {
     let mut lines = text.lines().filter(|line| !line.trim().is_empty());
     let Some(first) = lines.next() else {
@@ -89,6 +91,51 @@ pub(crate) fn canonical(text: &str, format: SourceFormat) -> Result<CanonicalCsv
     };
     scan(text, format, &mut sink)?;
     Ok(sink.out)
+}
+
+/// Lines [`canonical_salvaging`] drops at most before it gives the file up: each drop rescans
+/// the file, and a file this broken is likely not CSV at all.
+const MAX_DROPPED_LINES: usize = 64;
+
+/// [`canonical`], except that a line opening a quote that never closes costs that line, not the
+/// file: the line is dropped and the text scanned again. Returns the table and the 1-based numbers
+/// (in `text`) of the dropped lines, each with the scanner's reason.
+pub(crate) fn canonical_salvaging(
+    text: &str,
+    format: SourceFormat,
+) -> Result<(CanonicalCsv, Vec<(usize, String)>), CorpusError> {
+    let first = match canonical(text, format) {
+        Err(CorpusError::Malformed {
+            at: Location::Line(line),
+            reason,
+        }) if reason.starts_with(UNTERMINATED) => (line, reason),
+        other => return other.map(|csv| (csv, Vec::new())),
+    };
+    // Original line numbers of the lines still kept, in order.
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut kept: Vec<usize> = (1..=lines.len()).collect();
+    let mut dropped = Vec::new();
+    let mut broken = first;
+    loop {
+        let (line, reason) = broken;
+        if dropped.len() == MAX_DROPPED_LINES || line == 0 || line > kept.len() {
+            return Err(CorpusError::malformed(
+                Location::Line(kept.get(line.wrapping_sub(1)).copied().unwrap_or(line)),
+                reason,
+            ));
+        }
+        // The scanner's byte offset is in the repaired text; the line number says enough.
+        drop(reason);
+        dropped.push((kept.remove(line - 1), UNTERMINATED.to_string()));
+        let repaired: String = kept.iter().map(|&n| lines[n - 1]).collect();
+        broken = match canonical(&repaired, format) {
+            Err(CorpusError::Malformed {
+                at: Location::Line(line),
+                reason,
+            }) if reason.starts_with(UNTERMINATED) => (line, reason),
+            other => return other.map(|csv| (csv, dropped)),
+        };
+    }
 }
 
 /// The common case, a text in which no field needs quoting (no `"`, and no `,` unless it is the
@@ -247,7 +294,7 @@ fn scan_delimited(
                     let line = memchr::memchr_iter(b'\n', &bytes[..open]).count() + 1;
                     return Err(CorpusError::malformed(
                         Location::Line(line),
-                        format!("unterminated quoted field (opened at byte {open})"),
+                        format!("{UNTERMINATED} (opened at byte {open})"),
                     ));
                 };
                 let close = i + found;

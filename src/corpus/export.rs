@@ -23,12 +23,20 @@ pub struct CorpusStats {
     pub empty_tables: usize,
     pub ignored_files: usize,
     pub warnings: Vec<String>,
+    /// Files read in another encoding than UTF-8, and which.
+    pub transcoded: Vec<TranscodedFile>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SkippedFile {
     pub path: String,
     pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TranscodedFile {
+    pub path: String,
+    pub encoding: String,
 }
 
 impl CorpusStats {
@@ -58,6 +66,14 @@ impl CorpusStats {
             empty_tables: report.empty_tables,
             ignored_files: report.ignored.len(),
             warnings: report.warnings.clone(),
+            transcoded: report
+                .transcoded
+                .iter()
+                .map(|(path, encoding)| TranscodedFile {
+                    path: path.display().to_string(),
+                    encoding: encoding.clone(),
+                })
+                .collect(),
         }
     }
 }

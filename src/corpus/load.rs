@@ -4,7 +4,6 @@
 //! parallel; results are collected in listing order, so the corpus is the same however the threads ran.
 //! Every problem becomes a [`Skipped`] entry and the load goes on.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -14,6 +13,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
+use super::encoding::{self, Decoded};
 use super::{delimited, html, json, markdown};
 use super::{Corpus, CorpusError, Pending, SourceFormat, Table, TableMeta};
 
@@ -80,6 +80,9 @@ pub struct LoadReport {
     pub bytes: u64,
     /// Files with an extension that is not a table format (README, LICENSE, ...); not read.
     pub ignored: Vec<PathBuf>,
+    /// Files that were not UTF-8, and the encoding they were transcoded from (a UTF-16 BOM, or
+    /// legacy 8-bit text as detected: `corpus::encoding`).
+    pub transcoded: Vec<(PathBuf, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +116,7 @@ struct FileOutcome {
     warnings: Vec<String>,
     empty_tables: usize,
     bytes: u64,
+    transcoded_from: Option<&'static str>,
 }
 
 impl Corpus {
@@ -145,12 +149,15 @@ impl Corpus {
         }
 
         let mut tables = Vec::new();
-        for mut outcome in outcomes {
+        for (path, mut outcome) in files.iter().zip(outcomes) {
             tables.append(&mut outcome.tables);
             report.skipped.append(&mut outcome.skipped);
             report.warnings.append(&mut outcome.warnings);
             report.empty_tables += outcome.empty_tables;
             report.bytes += outcome.bytes;
+            if let Some(encoding) = outcome.transcoded_from {
+                report.transcoded.push((path.clone(), encoding.to_string()));
+            }
         }
         tracing::debug!(
             tables = tables.len(),
@@ -236,9 +243,29 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             return;
         }
         outcome.bytes = buffer.len() as u64;
-        let text = decode(buffer, path, &mut outcome.warnings);
-        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-        parse_file(root, path, kind, text, &mut outcome);
+        let (text, transcoded_from, replaced) = match encoding::decode(buffer) {
+            Decoded::Binary { nul_at } => {
+                skip(
+                    &mut outcome,
+                    format!("byte {nul_at}: a NUL byte; skipped as a binary file"),
+                );
+                return;
+            }
+            Decoded::Text {
+                text,
+                transcoded_from,
+                replaced,
+            } => (text, transcoded_from, replaced),
+        };
+        if replaced {
+            outcome.warnings.push(format!(
+                "{}: bytes that are not {} replaced by U+FFFD",
+                path.display(),
+                transcoded_from.unwrap_or("UTF-8")
+            ));
+        }
+        outcome.transcoded_from = transcoded_from;
+        parse_file(root, path, kind, &text, &mut outcome);
     });
     outcome
 }
@@ -285,7 +312,16 @@ fn parse_file(root: &Path, path: &Path, kind: FileKind, text: &str, outcome: &mu
             } else {
                 delimited::sniff(text)
             };
-            match delimited::canonical(text, format) {
+            let salvaged = delimited::canonical_salvaging(text, format).map(|(csv, dropped)| {
+                for (line, reason) in dropped {
+                    skip(
+                        outcome,
+                        format!("line {line}: {reason}; the line was dropped"),
+                    );
+                }
+                csv
+            });
+            match salvaged {
                 Ok(canonical) if canonical.has_data => outcome.tables.push((
                     Pending::Csv {
                         id: rel,
@@ -356,20 +392,6 @@ fn read_limited(path: &Path, limit: u64, buffer: &mut Vec<u8>) -> Result<(), Str
         return Err(format!("file is over the {limit}-byte limit"));
     }
     Ok(())
-}
-
-fn decode<'a>(bytes: &'a [u8], path: &Path, warnings: &mut Vec<String>) -> Cow<'a, str> {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Cow::Borrowed(text),
-        Err(err) => {
-            warnings.push(format!(
-                "{}: byte {}: invalid UTF-8, decoded lossily (U+FFFD)",
-                path.display(),
-                err.valid_up_to()
-            ));
-            String::from_utf8_lossy(bytes)
-        }
-    }
 }
 
 fn relative_id(root: &Path, path: &Path) -> String {

@@ -10,6 +10,7 @@
 //! file in [`LoadReport::skipped`] (with line or offset when known) and keeps everything else.
 
 mod delimited;
+pub mod encoding;
 pub mod export;
 mod html;
 mod json;

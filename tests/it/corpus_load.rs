@@ -43,21 +43,20 @@ fn csv_with_quotes_and_line_breaks() {
 }
 
 #[test]
-fn broken_csv_is_reported_with_its_line_and_the_rest_loads() {
+fn a_broken_csv_line_is_reported_with_its_number_and_the_rest_loads() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "bad.csv", "a,b\n1,2\n3,\"never closed\n4,5\n");
     write(dir.path(), "good.csv", "a,b\n1,2\n");
     let (corpus, report) = load(dir.path());
-    assert_eq!(corpus.len(), 1);
-    assert_eq!(corpus.table(0).id, "good.csv");
+    assert_eq!(corpus.len(), 2);
+    let bad = corpus.index_of("bad.csv").unwrap();
+    // Only the line that opened the quote is lost (it used to cost the whole file).
+    assert_eq!(corpus.table(bad).rows, cells(&[&["1", "2"], &["4", "5"]]));
     assert_eq!(report.skipped.len(), 1);
     assert!(report.skipped[0].path.ends_with("bad.csv"));
-    assert!(
-        report.skipped[0]
-            .reason
-            .starts_with("line 3: unterminated quoted field"),
-        "{}",
-        report.skipped[0].reason
+    assert_eq!(
+        report.skipped[0].reason,
+        "line 3: unterminated quoted field; the line was dropped"
     );
 }
 
@@ -196,16 +195,62 @@ fn json_and_jsonl_tables() {
 }
 
 #[test]
-fn non_utf8_decodes_lossily_with_a_warning() {
+fn legacy_8bit_and_utf16_files_are_transcoded_and_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "latin1.csv", b"name,city\nJos\xe9,Canberra\n");
+    write(
+        dir.path(),
+        "latin1.csv",
+        b"name,city\nJos\xe9,Canberra\nFran\xe7oise,N\xeemes\n",
+    );
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend(
+        "name,city\nAnna,café\n"
+            .encode_utf16()
+            .flat_map(u16::to_le_bytes),
+    );
+    write(dir.path(), "utf16.csv", &utf16);
     let (corpus, report) = load(dir.path());
-    assert_eq!(corpus.table(0).rows, cells(&[&["Jos\u{fffd}", "Canberra"]]));
-    assert_eq!(report.warnings.len(), 1);
+    assert_eq!(corpus.len(), 2, "{:?}", report.skipped);
+    let latin1 = corpus.index_of("latin1.csv").unwrap();
+    assert_eq!(
+        corpus.table(latin1).rows,
+        cells(&[&["José", "Canberra"], &["Françoise", "Nîmes"]])
+    );
+    let utf16_table = corpus.index_of("utf16.csv").unwrap();
+    assert_eq!(corpus.table(utf16_table).rows, cells(&[&["Anna", "café"]]));
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    let transcoded: Vec<(String, &str)> = report
+        .transcoded
+        .iter()
+        .map(|(path, encoding)| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, encoding.as_str())
+        })
+        .collect();
+    assert_eq!(
+        transcoded,
+        [
+            ("latin1.csv".to_string(), "windows-1252"),
+            ("utf16.csv".to_string(), "UTF-16LE")
+        ]
+    );
+}
+
+#[test]
+fn a_binary_file_is_skipped_as_binary_and_the_rest_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut binary: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+    binary[..4].copy_from_slice(b"PK\x03\x04");
+    write(dir.path(), "archive.csv", &binary);
+    write(dir.path(), "real.csv", "a,b\n1,2\n");
+    let (corpus, report) = load(dir.path());
+    assert_eq!(corpus.len(), 1);
+    assert_eq!(report.skipped.len(), 1);
+    assert!(report.skipped[0].path.ends_with("archive.csv"));
     assert!(
-        report.warnings[0].contains("byte 13"),
+        report.skipped[0].reason.contains("binary"),
         "{}",
-        report.warnings[0]
+        report.skipped[0].reason
     );
 }
 
