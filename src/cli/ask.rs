@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tableseek::agent::{Agent, CorpusSpace, EngineLlm, QaMode, Trajectory};
-use tableseek::corpus::{Corpus, LoadOptions};
+use tableseek::corpus::Corpus;
 
 use super::agent_args::AgentArgs;
 use super::model_args::ModelArgs;
@@ -31,11 +31,7 @@ pub struct AskArgs {
 pub fn run(args: AskArgs) -> anyhow::Result<()> {
     // Bad flags should fail before the slow parts (corpus and model loading).
     args.agent.config(1)?;
-    let (corpus, report) = Corpus::load(&args.corpus, &LoadOptions::default())
-        .with_context(|| format!("loading corpus {}", args.corpus.display()))?;
-    for skipped in &report.skipped {
-        tracing::warn!(path = %skipped.path.display(), reason = %skipped.reason, "skipped");
-    }
+    let (corpus, _report) = super::corpus::load(&args.corpus)?;
     anyhow::ensure!(!corpus.is_empty(), "no tables in {}", args.corpus.display());
     let mut model = args.model.load()?;
     let mut config = args.agent.config(model.default_max_new_tokens())?;

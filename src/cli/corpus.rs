@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
@@ -103,10 +104,39 @@ fn stats(dir: &Path, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What any command may load, set once from the global flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CorpusLimits {
+    /// Skip (and report) a table whose cells take more than this, e.g. `64MiB`.
+    #[arg(long, global = true, value_parser = parse_size, default_value = "64MiB")]
+    pub max_table_bytes: u64,
+    /// Refuse a corpus whose table files take more than this, e.g. `8GiB` (default: half of the
+    /// memory available; the corpus is held in memory).
+    #[arg(long, global = true, value_parser = parse_size)]
+    pub max_corpus_bytes: Option<u64>,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    tableseek::engine::parse_bytes(text).map(|bytes| bytes as u64)
+}
+
+static LIMITS: OnceLock<CorpusLimits> = OnceLock::new();
+
+pub fn set_limits(limits: &CorpusLimits) {
+    // Set once per process, before any command runs; a second call changes nothing.
+    let _ = LIMITS.set(limits.clone());
+}
+
 /// Loads with a progress bar and logs what was lost, so every command reports bad input the same way.
 pub fn load(dir: &Path) -> anyhow::Result<(Corpus, LoadReport)> {
-    let (corpus, report) = Corpus::load(dir, &LoadOptions::default().progress(true))
-        .with_context(|| format!("loading {}", dir.display()))?;
+    let mut options = LoadOptions::default().progress(true);
+    if let Some(limits) = LIMITS.get() {
+        options = options
+            .max_table_bytes(limits.max_table_bytes)
+            .max_corpus_bytes(limits.max_corpus_bytes);
+    }
+    let (corpus, report) =
+        Corpus::load(dir, &options).with_context(|| format!("loading {}", dir.display()))?;
     for skipped in &report.skipped {
         tracing::warn!("skipped {}: {}", skipped.path.display(), skipped.reason);
     }

@@ -13,7 +13,6 @@ use anyhow::Context;
 use tableseek::agent::{
     AgentConfig, CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS, HYBRID_FUSION,
 };
-use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::engine::{parse_bytes, DeviceMap};
 use tableseek::eval::options::{EmbedOptions, RerankOptions, RunOptions};
 use tableseek::eval::{
@@ -36,7 +35,8 @@ pub struct EvalArgs {
     /// Directory of tables; defaults to the named dataset's own corpus.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
-    /// tableseek, bm25, dense, rerank, oracle, no-table or tablerag.
+    /// tableseek, bm25, dense, rerank, hybrid (BM25 + dense fused, no LLM in the ranking), oracle,
+    /// no-table or tablerag.
     #[arg(long)]
     pub method: Method,
     /// TableRAG's settings.
@@ -176,11 +176,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         finished = queries.len() - pending,
         "starting"
     );
-    let (corpus, report) = Corpus::load(&corpus_dir, &LoadOptions::default())
-        .with_context(|| format!("loading corpus {}", corpus_dir.display()))?;
-    for skipped in &report.skipped {
-        tracing::warn!(path = %skipped.path.display(), reason = %skipped.reason, "skipped");
-    }
+    let (corpus, _report) = super::corpus::load(&corpus_dir)?;
     anyhow::ensure!(!corpus.is_empty(), "no tables in {}", corpus_dir.display());
     let missing = queries
         .iter()

@@ -24,6 +24,8 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    #[command(flatten)]
+    pub corpus_limits: corpus::CorpusLimits,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -76,6 +78,7 @@ pub fn init_tracing(verbose: u8) {
 pub fn run(mut cli: Cli) -> anyhow::Result<()> {
     model_args::init_threads(cli.command.model_args().and_then(|model| model.threads))?;
     cli.command.resolve_model_ids()?;
+    corpus::set_limits(&cli.corpus_limits);
     match cli.command {
         Command::Corpus(cmd) => corpus::run(cmd),
         Command::Grep(args) => grep::run(args),

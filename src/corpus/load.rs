@@ -20,6 +20,9 @@ use super::{Corpus, CorpusError, Pending, SourceFormat, Table, TableMeta};
 /// A load shows a progress bar only once it has run this long, so quick loads stay silent.
 const PROGRESS_DELAY: Duration = Duration::from_secs(1);
 
+/// Tables past 64 MiB of cells are skipped unless the caller raises the limit.
+pub const DEFAULT_MAX_TABLE_BYTES: u64 = 64 << 20;
+
 /// How [`Corpus::load`] reads a directory.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -29,6 +32,14 @@ pub struct LoadOptions {
     pub max_file_bytes: u64,
     /// Follow symbolic links while walking.
     pub follow_links: bool,
+    /// A table whose cells (header included) take more bytes than this is skipped and reported:
+    /// no prompt could show it, and one such table would dominate the corpus's memory.
+    pub max_table_bytes: u64,
+    /// The table files together may take at most this many bytes, checked before any is read.
+    /// `None`: half of the memory available when the load starts. The corpus is held in memory
+    /// (grep scans every table for every query), so a corpus that does not fit is refused up
+    /// front rather than swapped or killed halfway.
+    pub max_corpus_bytes: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -37,6 +48,8 @@ impl Default for LoadOptions {
             progress: false,
             max_file_bytes: 256 << 20,
             follow_links: false,
+            max_table_bytes: DEFAULT_MAX_TABLE_BYTES,
+            max_corpus_bytes: None,
         }
     }
 }
@@ -55,6 +68,24 @@ impl LoadOptions {
     pub fn follow_links(mut self, follow_links: bool) -> Self {
         self.follow_links = follow_links;
         self
+    }
+
+    pub fn max_table_bytes(mut self, max_table_bytes: u64) -> Self {
+        self.max_table_bytes = max_table_bytes;
+        self
+    }
+
+    pub fn max_corpus_bytes(mut self, max_corpus_bytes: Option<u64>) -> Self {
+        self.max_corpus_bytes = max_corpus_bytes;
+        self
+    }
+
+    /// The corpus cap in force: the explicit one, else half of `MemAvailable` (no cap where the
+    /// kernel does not say).
+    fn corpus_cap(&self) -> Option<u64> {
+        self.max_corpus_bytes.or_else(|| {
+            crate::engine::free_memory(&candle_core::Device::Cpu).map(|available| available / 2)
+        })
     }
 }
 
@@ -193,6 +224,7 @@ fn list_files(
         source,
     })?;
     if metadata.is_file() {
+        check_corpus_size(dir, metadata.len(), opts)?;
         let root = dir.parent().map(Path::to_path_buf).unwrap_or_default();
         return Ok((root, vec![dir.to_path_buf()]));
     }
@@ -200,6 +232,7 @@ fn list_files(
         return Err(CorpusError::NotADirectory(dir.to_path_buf()));
     }
     let mut files = Vec::new();
+    let mut total_bytes = 0u64;
     let walker = walkdir::WalkDir::new(dir)
         .follow_links(opts.follow_links)
         .sort_by_file_name()
@@ -211,6 +244,8 @@ fn list_files(
         match entry {
             Ok(entry) if entry.file_type().is_file() => {
                 if file_kind(entry.path()).is_some() {
+                    // A file that cannot be stat'ed counts as empty here; reading it reports why.
+                    total_bytes += entry.metadata().map_or(0, |m| m.len());
                     files.push(entry.into_path());
                 } else {
                     report.ignored.push(entry.into_path());
@@ -223,7 +258,19 @@ fn list_files(
             }),
         }
     }
+    check_corpus_size(dir, total_bytes, opts)?;
     Ok((dir.to_path_buf(), files))
+}
+
+fn check_corpus_size(dir: &Path, bytes: u64, opts: &LoadOptions) -> Result<(), CorpusError> {
+    match opts.corpus_cap() {
+        Some(limit) if bytes > limit => Err(CorpusError::TooLarge {
+            path: dir.to_path_buf(),
+            bytes,
+            limit,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
@@ -265,7 +312,7 @@ fn load_file(root: &Path, path: &Path, opts: &LoadOptions) -> FileOutcome {
             ));
         }
         outcome.transcoded_from = transcoded_from;
-        parse_file(root, path, kind, &text, &mut outcome);
+        parse_file(root, path, kind, &text, opts.max_table_bytes, &mut outcome);
     });
     outcome
 }
@@ -292,7 +339,14 @@ fn with_read_buffer(f: impl FnOnce(&mut Vec<u8>)) {
     });
 }
 
-fn parse_file(root: &Path, path: &Path, kind: FileKind, text: &str, outcome: &mut FileOutcome) {
+fn parse_file(
+    root: &Path,
+    path: &Path,
+    kind: FileKind,
+    text: &str,
+    max_table_bytes: u64,
+    outcome: &mut FileOutcome,
+) {
     let skip = |outcome: &mut FileOutcome, reason: String| {
         outcome.skipped.push(Skipped {
             path: path.to_path_buf(),
@@ -322,6 +376,10 @@ fn parse_file(root: &Path, path: &Path, kind: FileKind, text: &str, outcome: &mu
                 csv
             });
             match salvaged {
+                Ok(canonical) if canonical.text.len() as u64 > max_table_bytes => skip(
+                    outcome,
+                    over_table_limit(&rel, canonical.text.len() as u64, max_table_bytes),
+                ),
                 Ok(canonical) if canonical.has_data => outcome.tables.push((
                     Pending::Csv {
                         id: rel,
@@ -365,6 +423,16 @@ fn parse_file(root: &Path, path: &Path, kind: FileKind, text: &str, outcome: &mu
             outcome.empty_tables += 1;
             continue;
         }
+        let bytes = table
+            .header
+            .iter()
+            .chain(table.rows.iter().flatten())
+            .map(|cell| cell.len() as u64)
+            .sum::<u64>();
+        if bytes > max_table_bytes {
+            skip(outcome, over_table_limit(&id, bytes, max_table_bytes));
+            continue;
+        }
         let table = Table {
             id,
             source_format: format,
@@ -378,6 +446,12 @@ fn parse_file(root: &Path, path: &Path, kind: FileKind, text: &str, outcome: &mu
         };
         outcome.tables.push((Pending::Table(table), None));
     }
+}
+
+fn over_table_limit(id: &str, bytes: u64, limit: u64) -> String {
+    format!(
+        "table {id}: {bytes} bytes of cells, over the {limit}-byte table limit (--max-table-bytes)"
+    )
 }
 
 /// Reads the whole file into `buffer`, unless it is larger than `limit`.

@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-pub use load::{LoadOptions, LoadReport, Skipped};
+pub use load::{LoadOptions, LoadReport, Skipped, DEFAULT_MAX_TABLE_BYTES};
 pub use serialize::{mixed_format, parse_text, serialize, transpose, Serialization};
 pub use table::{SourceFormat, Table, TableMeta, TextFormat};
 
@@ -64,6 +64,18 @@ pub enum CorpusError {
     },
     #[error("{} is not a directory", .0.display())]
     NotADirectory(PathBuf),
+    /// The corpus would not fit the memory budget; nothing was read.
+    #[error(
+        "{}: the table files take {bytes} bytes, over the {limit}-byte corpus limit \
+         (--max-corpus-bytes; by default half of the memory available): the corpus is held \
+         in memory, so nothing was loaded",
+        path.display()
+    )]
+    TooLarge {
+        path: PathBuf,
+        bytes: u64,
+        limit: u64,
+    },
     /// The text is not a table in the expected format.
     #[error("{at}{reason}")]
     Malformed { at: Location, reason: String },

@@ -20,7 +20,7 @@ use tableseek::retrieve::bert::Embeddings;
 use tableseek::retrieve::dense::{self, DenseIndex, TextEncoder};
 use tableseek::retrieve::rerank::{RerankOptions, Reranker};
 
-const TABLES: [(&str, &str); 4] = [
+pub(crate) const TABLES: [(&str, &str); 4] = [
     (
         "geo/capitals.csv",
         "country,capital\nAustralia,Canberra\nFrance,Paris",
@@ -33,7 +33,7 @@ const TABLES: [(&str, &str); 4] = [
     ("sport/teams.csv", "team,points\nessendon,120\ncarlton,80"),
 ];
 
-const DATASET: &str = r#"{"qid":"q1","query":"What is the capital of Australia?","task":"tableqa","answers":["Canberra"],"gold_tables":["geo/capitals.csv"]}
+pub(crate) const DATASET: &str = r#"{"qid":"q1","query":"What is the capital of Australia?","task":"tableqa","answers":["Canberra"],"gold_tables":["geo/capitals.csv"]}
 {"qid":"q2","query":"How many people live in Paris?","task":"tableqa","answers":["2148000"],"gold_tables":["geo/cities.csv"],"group_tables":["geo/capitals.csv"]}
 {"qid":"q3","query":"How many moons does Saturn have?","task":"tableqa","answers":["146"],"gold_tables":["space/planets.csv"]}
 {"qid":"q4","query":"How many moons does Mars have?","task":"tableqa","answers":["2"],"gold_tables":["space/planets.csv"]}
@@ -160,12 +160,12 @@ fn full_run(method: Method, dir: &Path, queries: &[EvalQuery], llm: &mut FakeLlm
     llm.calls
 }
 
-fn tableseek() -> std::process::Command {
+pub(crate) fn tableseek() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_tableseek"))
 }
 
 /// Runs the command, asserts it succeeded (showing its stderr if not) and returns its stdout.
-fn succeed(command: &mut std::process::Command) -> String {
+pub(crate) fn succeed(command: &mut std::process::Command) -> String {
     let output = command.output().unwrap();
     assert!(
         output.status.success(),
@@ -175,7 +175,7 @@ fn succeed(command: &mut std::process::Command) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
@@ -724,7 +724,7 @@ fn dense_and_rerank_methods() {
 }
 
 /// [`TABLES`] as files in `dir/corpus`.
-fn write_corpus(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn write_corpus(dir: &Path) -> std::path::PathBuf {
     let corpus = dir.join("corpus");
     for (id, text) in TABLES {
         let path = corpus.join(id);
