@@ -335,7 +335,7 @@ fn decode(
 
 /// Writes through a temporary file in the same directory and renames it, so a crash or a
 /// concurrent run never leaves a half-written file under the final name.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |op, path: &Path| {
         let path = path.to_path_buf();
         move |source| DenseError::Io { op, path, source }

@@ -12,3 +12,4 @@ pub mod fusion;
 pub mod llm_embed;
 pub mod pipeline;
 pub mod rerank;
+pub mod trag;
