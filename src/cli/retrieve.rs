@@ -1,5 +1,5 @@
 //! `tableseek retrieve`: rank a corpus's tables for each query of a JSONL file with a baseline
-//! retriever (dense, dense + LLM rerank, BM25, or hybrid) and write one ranking per line. The
+//! retriever (dense, dense + LLM rerank, BM25, hybrid, or T-RAG) and write one ranking per line. The
 //! rankings are `retrieve::pipeline`'s, the same `eval` runs; a reranker failure keeps the dense
 //! order with a warning, as in `eval`.
 //!
@@ -22,6 +22,7 @@ use tableseek::retrieve::bm25::Bm25Preset;
 use tableseek::retrieve::pipeline::{Ranker, Rerank};
 
 use super::retrievers::{EncoderArgs, RerankArgs};
+use super::trag_args::TragArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
@@ -33,6 +34,9 @@ pub enum Method {
     Rerank,
     /// BM25 (`--bm25`) and dense rankings joined by reciprocal rank fusion (no LLM).
     Hybrid,
+    /// T-RAG: the best cluster per view (semantic, structural, lexical) unioned, ranked by
+    /// personalized PageRank; stderr adds R@10/20/50 and how often the gold table is in the pool.
+    Trag,
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,6 +53,8 @@ pub struct RetrieveArgs {
     pub encoder: EncoderArgs,
     #[command(flatten)]
     pub rerank: RerankArgs,
+    #[command(flatten)]
+    pub trag: TragArgs,
     /// Device for the encoder and reranker: cpu or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -75,9 +81,15 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
         true => Some(args.encoder.load(&devices, true)?),
         false => None,
     };
-    let dense = match &encoder {
-        Some(encoder) => Some(args.encoder.index(encoder.as_ref(), &texts)?),
-        None => None,
+    let dense = match (&encoder, args.method) {
+        (_, Method::Trag) | (None, _) => None,
+        (Some(encoder), _) => Some(args.encoder.index(encoder.as_ref(), &texts)?),
+    };
+    let trag = match (&encoder, args.method) {
+        (Some(encoder), Method::Trag) => {
+            Some(args.trag.index(&corpus, encoder.as_ref(), &args.encoder)?)
+        }
+        _ => None,
     };
     let bm25 = match args.method {
         Method::Bm25 | Method::Hybrid => Some(args.bm25.builder().build(&texts)?),
@@ -102,6 +114,13 @@ pub fn run(args: RetrieveArgs) -> anyhow::Result<()> {
                 reranker,
                 depth: args.rerank.depth(),
             }),
+        },
+        (Method::Trag, Some(encoder), _, _) => match &trag {
+            Some(index) => Ranker::Trag {
+                encoder: encoder.as_ref(),
+                index,
+            },
+            None => bail!("--method trag: its index did not build"),
         },
         _ => bail!("--method {:?}: its retrievers did not load", args.method),
     };

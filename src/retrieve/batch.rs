@@ -44,7 +44,20 @@ pub struct BatchSummary {
     pub rerank_ms: f64,
     /// Warnings of the rankings, each with its query's id.
     pub warnings: Vec<(String, String)>,
+    /// Methods with a candidate pool (T-RAG's C*): queries whose gold table is in it, the
+    /// pool sizes summed, and gold hits at 10, 20 and 50.
+    pub pool: Option<PoolSummary>,
 }
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolSummary {
+    pub gold_in_pool: usize,
+    pub size_sum: usize,
+    pub hits_at_deep: [usize; 3],
+}
+
+/// The deeper cut-offs T-RAG reports.
+pub const DEEP_CUTOFFS: [usize; 3] = [10, 20, 50];
 
 impl BatchSummary {
     /// Recall at 1, 2, 3, when any query named a gold table.
@@ -60,6 +73,17 @@ impl BatchSummary {
             lines.push(format!(
                 "R@1 {:.3}  R@2 {:.3}  R@3 {:.3}  ({} queries with a gold table)",
                 r[0], r[1], r[2], self.with_gold
+            ));
+        }
+        if let (Some(pool), true) = (&self.pool, self.with_gold > 0 && self.queries > 0) {
+            let n = self.with_gold as f64;
+            lines.push(format!(
+                "R@10 {:.3}  R@20 {:.3}  R@50 {:.3}  gold in the pool {:.3}  mean pool {:.1} tables",
+                pool.hits_at_deep[0] as f64 / n,
+                pool.hits_at_deep[1] as f64 / n,
+                pool.hits_at_deep[2] as f64 / n,
+                pool.gold_in_pool as f64 / n,
+                pool.size_sum as f64 / self.queries as f64
             ));
         }
         if self.unknown_gold > 0 {
@@ -86,9 +110,16 @@ impl BatchSummary {
             self.unknown_gold += 1;
             return;
         };
-        if let Some(rank) = hits.iter().take(3).position(|hit| hit.doc == gold) {
+        let rank = hits.iter().position(|hit| hit.doc == gold);
+        if let Some(rank) = rank.filter(|&r| r < 3) {
             for hit in &mut self.hits_at[rank..] {
                 *hit += 1;
+            }
+        }
+        if let (Some(pool), Some(rank)) = (&mut self.pool, rank) {
+            pool.gold_in_pool += 1;
+            for (count, cutoff) in pool.hits_at_deep.iter_mut().zip(DEEP_CUTOFFS) {
+                *count += usize::from(rank < cutoff);
             }
         }
     }
@@ -101,6 +132,15 @@ struct Line<'a> {
     /// Model forward passes spent on this query.
     calls: usize,
     ms: Millis,
+    /// T-RAG: the chosen clusters' sizes per view and the size of their union.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<PoolLine>,
+}
+
+#[derive(Serialize)]
+struct PoolLine {
+    views: [usize; 3],
+    union: usize,
 }
 
 #[derive(Serialize)]
@@ -144,6 +184,12 @@ pub fn rank_batch(
                 .warnings
                 .push((query.qid.to_string(), warning.clone()));
         }
+        if ranking.coarse_views.is_some() {
+            summary
+                .pool
+                .get_or_insert_with(PoolSummary::default)
+                .size_sum += ranking.hits.len();
+        }
         if let Some(gold) = query.gold {
             summary.count(corpus, gold, &ranking.hits);
         }
@@ -161,6 +207,10 @@ pub fn rank_batch(
                 })
                 .collect(),
             calls: ranking.encode_calls + ranking.rerank_calls,
+            pool: ranking.coarse_views.map(|views| PoolLine {
+                views,
+                union: ranking.hits.len(),
+            }),
             ms: Millis {
                 encode: ranking.encode_ms,
                 rerank: ranking.rerank_ms,

@@ -13,6 +13,7 @@ use super::bm25::{Bm25Index, Hit};
 use super::dense::{DenseIndex, Result, TextEncoder};
 use super::fusion::{fuse_two, FusionRule, FUSION_POOL};
 use super::rerank::{reorder, Reranker};
+use super::trag::TragIndex;
 
 /// An LLM reranker over the first `depth` dense hits; behind a lock because concurrent
 /// evaluation shares one.
@@ -36,6 +37,12 @@ pub enum Ranker<'a, 'r> {
         encoder: &'a dyn TextEncoder,
         index: &'a DenseIndex,
     },
+    /// T-RAG's coarse and fine stages over its own index (the encoder embeds the query the way
+    /// the index embedded the tables' linearizations). Ranks the whole of C*, whatever `k`.
+    Trag {
+        encoder: &'a dyn TextEncoder,
+        index: &'a TragIndex,
+    },
 }
 
 /// One query's ranking and what it cost.
@@ -51,6 +58,8 @@ pub struct Ranking {
     pub rerank_ms: f64,
     /// What went wrong without stopping the ranking (see the module docs).
     pub warnings: Vec<String>,
+    /// T-RAG: the size of the chosen cluster of each view; `hits` is their union C*.
+    pub coarse_views: Option<[usize; 3]>,
 }
 
 impl Ranker<'_, '_> {
@@ -119,6 +128,23 @@ impl Ranker<'_, '_> {
                     hits,
                     encode_calls: 1,
                     encode_ms,
+                    ..Ranking::default()
+                })
+            }
+            Ranker::Trag { encoder, index } => {
+                let started = Instant::now();
+                let embedding = encoder.embed_query(query)?;
+                let encode_ms = started.elapsed().as_secs_f64() * 1e3;
+                let trag = index.search(&embedding);
+                Ok(Ranking {
+                    hits: trag
+                        .hits
+                        .into_iter()
+                        .map(|(doc, score)| Hit { doc, score })
+                        .collect(),
+                    encode_calls: 1,
+                    encode_ms,
+                    coarse_views: Some(trag.view_sizes),
                     ..Ranking::default()
                 })
             }

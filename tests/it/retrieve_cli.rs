@@ -197,3 +197,66 @@ fn rerank_reorders_the_dense_head() {
         assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     }
 }
+
+/// T-RAG end to end with MiniLM: every line carries its pool (the chosen clusters per view and
+/// their union), the ranking is the pool, stderr adds the deep recalls and the gold-in-pool share,
+/// and a second run (from the caches) writes the same rankings.
+#[test]
+fn trag_ranks_its_pool_and_reports_it() {
+    let minilm = models_dir().join("all-MiniLM-L6-v2");
+    if !minilm.is_dir() {
+        eprintln!("skipping: {} not found", minilm.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let cache = dir.path().join("cache");
+    let args = [
+        "--method",
+        "trag",
+        "--trag-clusters",
+        "2",
+        "--top-k",
+        "3",
+        "--embed-model",
+        minilm.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    let run = || {
+        let out = retrieve(dir.path(), QUERIES, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("run.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (stderr, lines)
+    };
+    let (stderr, first) = run();
+    assert!(stderr.contains("gold in the pool"), "{stderr}");
+    assert_eq!(first.len(), 3);
+    let rankings = |lines: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        lines.iter().map(|l| l["ranking"].clone()).collect()
+    };
+    for line in &first {
+        let union = line["pool"]["union"].as_u64().unwrap() as usize;
+        let views = line["pool"]["views"].as_array().unwrap();
+        assert_eq!(views.len(), 3);
+        let largest = views
+            .iter()
+            .map(|v| v.as_u64().unwrap() as usize)
+            .max()
+            .unwrap();
+        assert!((largest..=3).contains(&union), "{line}");
+        assert_eq!(line["ranking"].as_array().unwrap().len(), union.min(3));
+    }
+    assert!(std::fs::read_dir(&cache).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("trag-")));
+    let (_, second) = run();
+    assert_eq!(rankings(&second), rankings(&first));
+}

@@ -119,11 +119,15 @@ impl Tokenizer {
     /// `tokenizer_config.json` and `generation_config.json` in the same folder when present.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let mut inner =
-            tokenizers::Tokenizer::from_file(path).map_err(|source| TokenizerError::Load {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let load_err = |source: tokenizers::Error| TokenizerError::Load {
+            path: path.to_path_buf(),
+            source,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| load_err(e.into()))?;
+        // tokenizers 0.23 panics (`expect("Helper")`) on a syntax error inside `"decoder"`, e.g. a
+        // truncated download: only hand it text that is well-formed JSON (fuzz/RESULTS.md).
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| load_err(e.into()))?;
+        let mut inner = text.parse::<tokenizers::Tokenizer>().map_err(load_err)?;
         // Lengths are the caller's business: a tokenizer.json's padding/truncation (MiniLM's pads
         // every text to 128) would silently change what `encode` returns.
         inner
