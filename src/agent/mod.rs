@@ -42,6 +42,7 @@ pub mod schemas;
 pub mod sql_qa;
 pub mod tablerag;
 pub mod testing;
+pub mod trag_qa;
 mod trajectory;
 
 use serde::{Deserialize, Serialize};

@@ -36,12 +36,14 @@ pub struct EvalArgs {
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// tableseek, bm25, dense, rerank, hybrid (BM25 + dense fused, no LLM in the ranking), oracle,
-    /// no-table or tablerag.
+    /// no-table, tablerag or trag (T-RAG).
     #[arg(long)]
     pub method: Method,
     /// TableRAG's settings.
     #[command(flatten)]
     pub tablerag: TableRagArgs,
+    #[command(flatten)]
+    pub trag: super::trag_args::TragArgs,
     #[command(flatten)]
     pub model: ModelArgs,
     /// The dense and rerank methods' encoder.
@@ -136,6 +138,7 @@ fn run_options(
             rerank_instruction: args.rerank.rerank_instruction.clone(),
             rerank_max_length: args.rerank.rerank_max_length,
         }),
+        trag: Some(args.trag.settings()),
         shard: args.shard.map(|shard| shard.info(whole)),
     }
     .omit_unused()
@@ -207,11 +210,18 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             eprintln!("{} chunks of {} tables", chunks.len(), corpus.len());
             Some(args.encoder.index(encoder.as_ref(), &texts)?)
         }
+        Some(_) if args.method == Method::Trag => None,
         Some(encoder) => {
             let texts: Vec<&str> = (0..corpus.len()).map(|i| corpus.text(i)).collect();
             Some(args.encoder.index(encoder.as_ref(), &texts)?)
         }
         None => None,
+    };
+    let trag = match &encoder {
+        Some(encoder) if args.method == Method::Trag => {
+            Some(args.trag.index(&corpus, encoder.as_ref(), &args.encoder)?)
+        }
+        _ => None,
     };
     let mut reranker = match args.method {
         Method::Rerank => Some(args.rerank.load(&devices)?),
@@ -251,6 +261,9 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
             Method::Tablerag => evaluator.with_chunks(encoder.as_ref(), index, &chunks),
             _ => evaluator.with_dense(encoder.as_ref(), index),
         };
+    }
+    if let (Some(encoder), Some(trag)) = (&encoder, &trag) {
+        evaluator = evaluator.with_trag(encoder.as_ref(), trag);
     }
     if let Some(reranker) = reranker.as_mut() {
         evaluator = evaluator.with_reranker(reranker);

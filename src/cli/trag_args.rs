@@ -19,6 +19,10 @@ pub struct TragArgs {
     /// T-RAG: edge threshold τ of the similarity graph.
     #[arg(long, default_value_t = TragSettings::default().tau)]
     pub trag_tau: f64,
+    /// T-RAG: tables the answer call reads, best first (V_final). The spec's default is 10; 3 fit
+    /// an 8k-token window, as in its CPU test.
+    #[arg(long, default_value_t = 3)]
+    pub trag_v_final: usize,
     /// T-RAG: what of a table the index reads (never captions or file names).
     #[arg(long, value_enum, default_value_t = TragTextArg::HeaderAndRows)]
     pub trag_text: TragTextArg,
@@ -38,6 +42,7 @@ impl TragArgs {
             clusters: self.trag_clusters,
             typical: self.trag_typical,
             tau: self.trag_tau,
+            v_final: self.trag_v_final,
             ..TragSettings::default()
         }
     }

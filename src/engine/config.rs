@@ -396,6 +396,18 @@ impl Config {
     /// this reads what transformers' `mlp_only_layers` would have written.
     pub fn from_gguf_content(content: &gguf_file::Content, source_name: &str) -> Result<Self> {
         let mut cfg = Self::from_gguf(&content.metadata, source_name)?;
+        // Every layer stores tensors; a corrupt `block_count` (billions) must not drive the per-layer
+        // loops below into minutes of work and gigabytes of memory (fuzz/RESULTS.md).
+        if cfg.num_hidden_layers > content.tensor_infos.len() {
+            return Err(EngineError::BadConfig {
+                source_name: source_name.to_string(),
+                detail: format!(
+                    "{} layers but only {} tensors in the file",
+                    cfg.num_hidden_layers,
+                    content.tensor_infos.len()
+                ),
+            });
+        }
         if let Some(info) = content.tensor_infos.get("token_embd.weight") {
             if let [rows, _] = info.shape.dims() {
                 cfg.vocab_size = *rows;

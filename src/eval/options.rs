@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub tablerag: Option<TableRagOptions>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub rerank: Option<RerankOptions>,
+    /// T-RAG's settings (`trag` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trag: Option<crate::retrieve::trag::TragSettings>,
     /// Shard runs ([`super::shard::SHARD_KEY`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardInfo>,
@@ -122,6 +125,9 @@ impl RunOptions {
         if self.method != Method::Rerank {
             self.rerank = None;
         }
+        if self.method != Method::Trag {
+            self.trag = None;
+        }
         self
     }
 
@@ -169,6 +175,7 @@ mod tests {
             }),
             tablerag: None,
             rerank: None,
+            trag: None,
             shard: None,
         }
     }

@@ -7,6 +7,7 @@
 
 mod ranked;
 mod tablerag;
+mod trag;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,6 +31,7 @@ use crate::retrieve::bm25::{Bm25Builder, Bm25Error, Bm25Index, Hit};
 use crate::retrieve::chunks::Chunk;
 use crate::retrieve::dense::{DenseError, DenseIndex, TextEncoder};
 use crate::retrieve::rerank::Reranker;
+use crate::retrieve::trag::TragIndex;
 
 /// Why a query could not be evaluated.
 #[derive(Debug, thiserror::Error)]
@@ -74,10 +76,13 @@ pub enum Method {
     /// BM25 and dense rankings joined by reciprocal rank fusion (no LLM in the ranking),
     /// baseline QA on the top-1 table.
     Hybrid,
+    /// T-RAG: clusters per view, their union ranked by personalized PageRank, one graph-aware
+    /// QA call over the top tables ([`crate::retrieve::trag`], [`crate::agent::trag_qa`]).
+    Trag,
 }
 
 impl Method {
-    pub const ALL: [Method; 8] = [
+    pub const ALL: [Method; 9] = [
         Method::Tableseek,
         Method::Bm25,
         Method::Dense,
@@ -86,6 +91,7 @@ impl Method {
         Method::NoTable,
         Method::Tablerag,
         Method::Hybrid,
+        Method::Trag,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +104,7 @@ impl Method {
             Method::NoTable => "no-table",
             Method::Tablerag => "tablerag",
             Method::Hybrid => "hybrid",
+            Method::Trag => "trag",
         }
     }
 
@@ -105,7 +112,7 @@ impl Method {
     pub fn needs_encoder(self) -> bool {
         matches!(
             self,
-            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid
+            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid | Method::Trag
         )
     }
 }
@@ -209,6 +216,10 @@ pub struct QueryRecord {
     /// The raw output of a baseline's QA call (the agent's are in its trajectory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qa_output: Option<String>,
+    /// T-RAG's coarse stage: the chosen clusters' sizes per view, their union C* (which
+    /// `ranking` orders in full), and whether the gold table was in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolRecord>,
     pub gold: Gold,
     pub metrics: QueryMetrics,
     pub cost: Cost,
@@ -222,6 +233,13 @@ impl QueryRecord {
             .f1
             .or_else(|| self.metrics.correct.map(|ok| f64::from(u8::from(ok))))
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    pub views: [usize; 3],
+    pub union: usize,
+    pub gold_in_pool: bool,
 }
 
 /// Settings shared by every method.
@@ -259,6 +277,11 @@ impl Default for EvalOptions {
 
 /// The dense and rerank methods' retrievers, built by the caller (which owns the model files
 /// and the embedding cache).
+struct TragSetup<'e> {
+    encoder: &'e dyn TextEncoder,
+    index: &'e TragIndex,
+}
+
 struct DenseSetup<'e> {
     encoder: &'e dyn TextEncoder,
     /// One row per table, in table order.
@@ -281,6 +304,7 @@ pub struct Evaluator<'a, S: SearchSpace + ?Sized> {
     bm25: Option<Bm25Index>,
     dense: Option<DenseSetup<'a>>,
     chunks: Option<ChunkSetup<'a>>,
+    trag: Option<TragSetup<'a>>,
     tableqa_agent: Agent,
     fact_agent: Agent,
     options: EvalOptions,
@@ -318,6 +342,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             bm25,
             dense: None,
             chunks: None,
+            trag: None,
             tableqa_agent: agent_for(TaskType::Tableqa)?,
             fact_agent: agent_for(TaskType::FactVerification)?,
             options,
@@ -347,6 +372,12 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             index,
             chunks,
         });
+        self
+    }
+
+    /// T-RAG's encoder and index.
+    pub fn with_trag(mut self, encoder: &'a dyn TextEncoder, index: &'a TragIndex) -> Self {
+        self.trag = Some(TragSetup { encoder, index });
         self
     }
 
@@ -387,6 +418,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 }
                 Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
                 Method::Tablerag => self.tablerag(llm, query),
+                Method::Trag => self.trag(llm, query),
             };
         // A model failure is this query's outcome, not the run's: stopping would make every
         // resume fail on the same query.
@@ -488,6 +520,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             ranking,
             trajectory: Some(trajectory),
             qa_output: None,
+            pool: None,
             gold: gold(query),
             metrics: placeholder_metrics(),
             cost,
@@ -518,6 +551,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 ranking: Vec::new(),
                 trajectory: None,
                 qa_output: None,
+                pool: None,
                 gold: gold(query),
                 metrics: placeholder_metrics(),
                 cost: Cost::default(),
@@ -588,6 +622,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             ranking: ids,
             trajectory: None,
             qa_output: Some(response.text),
+            pool: None,
             gold: gold(query),
             metrics: placeholder_metrics(),
             cost: Cost {
@@ -659,6 +694,7 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
             ranking: vec![id],
             trajectory: None,
             qa_output: Some(serde_json::to_string(&outcome.attempts).unwrap_or_default()),
+            pool: None,
             gold: gold(query),
             metrics: placeholder_metrics(),
             cost: Cost {

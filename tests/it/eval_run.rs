@@ -71,6 +71,8 @@ struct FakeLlm {
     blind: bool,
     /// QA calls on the query containing this text fail.
     fail_qa_on: Option<&'static str>,
+    /// Every user prompt seen, in order.
+    prompts: Vec<String>,
 }
 
 impl Llm for FakeLlm {
@@ -82,6 +84,7 @@ impl Llm for FakeLlm {
             .filter(|m| m.role == Role::User)
             .map(|m| m.content.as_str())
             .collect();
+        self.prompts.push(prompt.clone());
         let (patterns, answer) = knowledge()
             .into_iter()
             .find(|(key, _)| prompt.contains(key))
@@ -187,7 +190,7 @@ fn methods_produce_scored_records() {
     for method in Method::ALL.into_iter().filter(|m| {
         !matches!(
             m,
-            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid
+            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid | Method::Trag
         )
     }) {
         let dir = tmp.path().join(method.as_str());
@@ -220,7 +223,7 @@ fn methods_produce_scored_records() {
                 assert_eq!(q1.cost.llm_calls, 3);
                 assert!(q1.trajectory.is_some());
             }
-            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid => {
+            Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid | Method::Trag => {
                 unreachable!("filtered out")
             }
             Method::Bm25 => {
@@ -909,4 +912,60 @@ fn eval_concurrency_gives_the_records_of_a_sequential_run() {
     assert_eq!(sequential.lines().count(), 6);
     assert!(!sequential.contains("\"error\""), "{sequential}");
     assert_eq!(run("4"), sequential);
+}
+
+/// T-RAG through the evaluator: the record ranks the pool C* (and says whether the gold table
+/// was in it), the one QA call reads the top V_final tables, and the prompt never names a file.
+#[test]
+fn trag_ranks_its_pool_and_answers_over_the_top_tables() {
+    use tableseek::agent::SearchSpace;
+    use tableseek::retrieve::trag::{TragIndex, TragSettings};
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries(tmp.path());
+    let space = MemorySpace::new(TABLES);
+    let texts: Vec<String> = (0..space.len()).map(|i| space.full_text(i)).collect();
+    let borrowed: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let embeddings = WordsEncoder.embed_documents(&borrowed).unwrap();
+    let settings = TragSettings {
+        clusters: 2,
+        typical: 2,
+        v_final: 2,
+        ..TragSettings::default()
+    };
+    let index = TragIndex::build(&texts, embeddings, settings).unwrap();
+    let bare = Evaluator::new(Method::Trag, &space, space.len(), options()).unwrap();
+    let err = bare
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("T-RAG"), "{err}");
+    let evaluator = Evaluator::new(Method::Trag, &space, space.len(), options())
+        .unwrap()
+        .with_trag(&WordsEncoder, &index);
+    let mut llm = FakeLlm::default();
+    let record = evaluator.run_query(&mut llm, &queries[0]).unwrap();
+    let pool = record.pool.clone().unwrap();
+    assert_eq!(pool.union, record.ranking.len());
+    assert_eq!(
+        pool.gold_in_pool,
+        record.ranking.iter().any(|t| t == "geo/capitals.csv")
+    );
+    assert!(record.tables_seen.len() <= 2);
+    assert_eq!(
+        record.tables_seen[..],
+        record.ranking[..record.tables_seen.len()]
+    );
+    assert_eq!((record.cost.llm_calls, record.cost.encode_calls), (1, 1));
+    let prompt = llm.prompts.last().unwrap();
+    assert!(
+        prompt.contains("<answer>") && !prompt.contains(".csv"),
+        "{prompt}"
+    );
+    // The same query again gives the same record.
+    let again = evaluator
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap();
+    assert_eq!(
+        serde_json::to_string(&again).unwrap(),
+        serde_json::to_string(&record).unwrap()
+    );
 }

@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tableseek::engine::{Tokenizer, TokenizerError};
+use tableseek::engine::plan::ModelFacts;
+use tableseek::engine::{read_gguf, Config, EngineError, ModelSpec, Tokenizer, TokenizerError};
 
 /// Writes `data` as `name` in a fresh temporary directory (kept alive by the returned guard).
 fn write_temp(name: &str, data: &[u8]) -> (tempfile::TempDir, PathBuf) {
@@ -56,5 +57,83 @@ fn truncated_real_tokenizer_json_is_an_error() {
             tokenizer_from(&full[..cut]).is_err(),
             "truncated at byte {cut}"
         );
+    }
+}
+
+/// A GGUF v3 file with no metadata and the given tensor index entries `(name, dims, ggml type,
+/// offset)`, followed by 64 bytes of tensor data.
+fn gguf_with_tensors(tensors: &[(&str, &[u64], u32, u64)]) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend(0u64.to_le_bytes());
+    for (name, dims, ggml_type, offset) in tensors {
+        out.extend((name.len() as u64).to_le_bytes());
+        out.extend(name.as_bytes());
+        out.extend((dims.len() as u32).to_le_bytes());
+        for d in *dims {
+            out.extend(d.to_le_bytes());
+        }
+        out.extend(ggml_type.to_le_bytes());
+        out.extend(offset.to_le_bytes());
+    }
+    out.resize(out.len().next_multiple_of(32) + 64, 0);
+    out
+}
+
+/// fuzz target `gguf`: `read_gguf` computed a tensor's extent with unchecked arithmetic on header
+/// fields, so a shape whose element count overflows, a byte size that overflows, or an offset near
+/// `u64::MAX` panicked ("attempt to multiply/add with overflow") in debug builds and wrapped in
+/// release ones (where the wrapped end could pass the file-size check).
+#[test]
+fn gguf_tensor_extent_overflow_is_an_error() {
+    const F32: u32 = 0;
+    for (what, dims, offset) in [
+        ("element count", &[1u64 << 33, 1 << 33][..], 0),
+        ("byte size", &[1u64 << 62][..], 0),
+        ("end offset", &[8u64][..], u64::MAX - 15),
+    ] {
+        let (_dir, path) = write_temp(
+            "model.gguf",
+            &gguf_with_tensors(&[("t", dims, F32, offset)]),
+        );
+        match read_gguf(&path) {
+            Err(EngineError::TruncatedWeights { .. }) => {}
+            other => panic!("{what}: expected a truncated-weights error, got {other:?}"),
+        }
+    }
+    // A sound tensor in the same layout still reads.
+    let (_dir, path) = write_temp("model.gguf", &gguf_with_tensors(&[("t", &[8], F32, 0)]));
+    assert!(read_gguf(&path).is_ok());
+}
+
+/// fuzz target `gguf` (a hang): one flipped byte made the tiny Qwen3-MoE GGUF's `block_count`
+/// 50,331,650; `Config::from_gguf_content` then formatted a tensor name per layer (45 s, 400 MB),
+/// and a count near `u32::MAX` would have asked for ~32 GB. More layers than tensors is an error.
+#[test]
+fn gguf_absurd_block_count_is_a_quick_error() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tiny-qwen3-moe-gguf/tiny-qwen3-moe-gguf-q8_0.gguf");
+    let original = std::fs::read(&fixture).unwrap();
+    let key = b"qwen3moe.block_count";
+    let at = original
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("the fixture names its block count")
+        + key.len();
+    // The key is followed by its u32 type tag (4) and the u32 value.
+    assert_eq!(original[at..at + 4], 4u32.to_le_bytes());
+    for layers in [0x0300_0002u32, u32::MAX] {
+        let mut data = original.clone();
+        data[at + 4..at + 8].copy_from_slice(&layers.to_le_bytes());
+        let (_dir, path) = write_temp("model.gguf", &data);
+        let started = std::time::Instant::now();
+        let content = read_gguf(&path).unwrap();
+        match Config::from_gguf_content(&content, "fuzz") {
+            Err(EngineError::BadConfig { detail, .. }) => assert!(detail.contains("layers")),
+            other => panic!("{layers} layers: expected a config error, got {other:?}"),
+        }
+        assert!(ModelFacts::read(&ModelSpec::Path(path.clone())).is_err());
+        assert!(started.elapsed().as_secs() < 5, "{:?}", started.elapsed());
     }
 }

@@ -457,9 +457,31 @@ pub fn read_gguf(path: &Path) -> Result<gguf_file::Content> {
                 dtype: format!("{:?}", info.ggml_dtype),
             });
         }
-        let bytes = (info.shape.elem_count() / info.ggml_dtype.block_size()
-            * info.ggml_dtype.type_size()) as u64;
-        let end = content.tensor_data_offset + info.offset + bytes;
+        // Checked: the shape and offset are untrusted header fields (fuzz/RESULTS.md).
+        let end = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| {
+                (n / info.ggml_dtype.block_size()).checked_mul(info.ggml_dtype.type_size())
+            })
+            .and_then(|bytes| {
+                content
+                    .tensor_data_offset
+                    .checked_add(info.offset)?
+                    .checked_add(bytes as u64)
+            });
+        let Some(end) = end else {
+            return Err(EngineError::TruncatedWeights {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "tensor `{name}`: shape {:?} at offset {} is past any file size",
+                    info.shape.dims(),
+                    info.offset
+                ),
+            });
+        };
         if end > file_len {
             return Err(EngineError::TruncatedWeights {
                 path: path.to_path_buf(),

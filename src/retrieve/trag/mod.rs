@@ -194,6 +194,16 @@ impl TragIndex {
         &self.settings
     }
 
+    /// The cosine of two tables' semantic embeddings (the fine stage's edge weight before τ).
+    pub fn similarity(&self, a: usize, b: usize) -> f64 {
+        self.semantic
+            .row(a)
+            .iter()
+            .zip(self.semantic.row(b))
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum()
+    }
+
     /// The coarse and fine stages for a unit-length query embedding.
     pub fn search(&self, query: &[f32]) -> TragRanking {
         let similarity = |table: usize| -> f64 {
@@ -289,7 +299,11 @@ fn cache_key(texts: &[String], encoder_identity: &[u8], settings: &TragSettings)
     let mut hasher = Sha256::new();
     hasher.update(b"tableseek-trag-v1");
     hasher.update(encoder_identity);
-    hasher.update(serde_json::to_vec(settings).unwrap_or_default());
+    // Only what shapes the clusters: τ, α and V_final act at query time.
+    for value in [settings.clusters, settings.typical, settings.restarts] {
+        hasher.update((value as u64).to_le_bytes());
+    }
+    hasher.update(settings.seed.to_le_bytes());
     hasher.update((texts.len() as u64).to_le_bytes());
     for text in texts {
         hasher.update((text.len() as u64).to_le_bytes());
