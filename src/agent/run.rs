@@ -598,15 +598,7 @@ pub fn baseline_qa<L: Llm + ?Sized>(
     tables: &[String],
     max_new_tokens: usize,
 ) -> Result<(QaOutcome, LlmResponse), AgentError> {
-    let mut shown: Vec<ShownTable> = tables
-        .iter()
-        .enumerate()
-        .map(|(i, text)| ShownTable {
-            id: shown_id(i),
-            text: text.clone(),
-            score: None,
-        })
-        .collect();
+    let mut shown = shown_tables(tables);
     let build = |shown: &[ShownTable]| prompts::baseline_qa(task, query, shown);
     fit_tables(llm, max_new_tokens, &mut shown, build);
     let request = LlmRequest {
@@ -622,6 +614,19 @@ pub fn baseline_qa<L: Llm + ?Sized>(
 
 fn shown_id(position: usize) -> String {
     format!("T{position}")
+}
+
+/// Table texts under the anonymous ids `T0`, `T1`, … in order, unscored.
+pub(crate) fn shown_tables(tables: &[String]) -> Vec<ShownTable> {
+    tables
+        .iter()
+        .enumerate()
+        .map(|(i, text)| ShownTable {
+            id: shown_id(i),
+            text: text.clone(),
+            score: None,
+        })
+        .collect()
 }
 
 /// Words too common to tell tables apart, dropped when the query stands in for patterns.

@@ -119,15 +119,7 @@ pub fn trag_qa<L: Llm + ?Sized>(
     edges: &[(usize, usize, f64)],
     max_new_tokens: usize,
 ) -> Result<(QaOutcome, LlmResponse), AgentError> {
-    let mut shown: Vec<ShownTable> = tables
-        .iter()
-        .enumerate()
-        .map(|(i, text)| ShownTable {
-            id: format!("T{i}"),
-            text: text.clone(),
-            score: None,
-        })
-        .collect();
+    let mut shown = super::run::shown_tables(tables);
     let build = |shown: &[ShownTable]| {
         vec![
             ChatMessage::system(SYSTEM),

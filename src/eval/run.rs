@@ -610,16 +610,30 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             .iter()
             .map(|&t| self.space.table_id(t).to_string())
             .collect();
-        Ok(QueryRecord {
+        Ok(self.one_call_record(query, outcome, response, ids.clone(), ids, retrieval_ms))
+    }
+
+    /// The record of a method that answers in one QA call: the top of `ranking` is its final
+    /// table, `tables_seen` what the call read.
+    fn one_call_record(
+        &self,
+        query: &EvalQuery,
+        outcome: agent::QaOutcome,
+        response: LlmResponse,
+        tables_seen: Vec<String>,
+        ranking: Vec<String>,
+        retrieval_ms: f64,
+    ) -> QueryRecord {
+        QueryRecord {
             qid: query.qid.clone(),
             method: self.method,
             task: query.task,
             error: None,
             prediction: outcome.answer,
             verdict: Some(outcome.verdict),
-            final_table: ids.first().cloned(),
-            tables_seen: ids.clone(),
-            ranking: ids,
+            final_table: ranking.first().cloned(),
+            tables_seen,
+            ranking,
             trajectory: None,
             qa_output: Some(response.text),
             pool: None,
@@ -637,7 +651,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 },
                 ..Cost::default()
             },
-        })
+        }
     }
 }
 

@@ -12,6 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::{gguf_file, QTensor};
+
+use crate::engine_errors::rewrite_gguf;
 use candle_core::Device;
 use tableseek::agent::testing::ScriptedLlm;
 use tableseek::agent::CorpusSpace;
@@ -271,38 +273,6 @@ fn tiny_llama() -> Option<PathBuf> {
     crate::common::existing(
         crate::common::shared_dir().join("reference/tiny-models/tiny-llama/tiny-llama-f32.gguf"),
     )
-}
-
-/// A copy of a GGUF with edited metadata and tensors.
-fn rewrite_gguf(
-    src: &Path,
-    dst: &Path,
-    edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>),
-) {
-    let mut file = std::fs::File::open(src).unwrap();
-    let content = gguf_file::Content::read(&mut file).unwrap();
-    let mut metadata: Vec<(String, gguf_file::Value)> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    metadata.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(String, QTensor)> = names
-        .into_iter()
-        .map(|n| {
-            (
-                n.clone(),
-                content.tensor(&mut file, n, &Device::Cpu).unwrap(),
-            )
-        })
-        .collect();
-    edit(&mut metadata, &mut tensors);
-    let md: Vec<(&str, &gguf_file::Value)> =
-        metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut std::fs::File::create(dst).unwrap(), &md, &ts).unwrap();
 }
 
 fn load_model(path: &Path) -> Result<Model, EngineError> {

@@ -25,7 +25,7 @@ fn load(path: &Path) -> Result<Model, EngineError> {
 }
 
 /// A copy of a GGUF with edited metadata and tensors.
-fn rewrite_gguf(
+pub(crate) fn rewrite_gguf(
     src: &Path,
     dst: &Path,
     edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>),

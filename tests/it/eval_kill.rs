@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tableseek::eval::rundir::{QUERIES_FILE, SUMMARY_FILE};
 
-use crate::eval_run::{read, succeed, tableseek, write_corpus, DATASET};
+use crate::eval_run::{read, repeated_dataset, succeed, tableseek, write_corpus};
 
 const KILLS: usize = 20;
 
@@ -30,17 +30,9 @@ fn eval_killed_twenty_times_resumes_to_the_uninterrupted_records() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let corpus = write_corpus(tmp.path());
-    // The six queries four times over, under their own ids.
-    let lines: String = (0..24)
-        .map(|i| {
-            let line = DATASET.lines().nth(i % 6).unwrap();
-            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
-            value["qid"] = format!("{}-{i}", value["qid"].as_str().unwrap()).into();
-            format!("{value}\n")
-        })
-        .collect();
     let dataset = tmp.path().join("dataset.jsonl");
-    std::fs::write(&dataset, lines).unwrap();
+    // The six queries four times over, under their own ids.
+    std::fs::write(&dataset, repeated_dataset(24)).unwrap();
     let eval = |out: &std::path::Path| {
         let mut command = tableseek();
         command

@@ -767,10 +767,10 @@ fn eval_with_a_thread_count_runs_the_real_model() {
     assert_eq!(records[0].final_table.as_deref(), Some("geo/capitals.csv"));
 }
 
-/// 30 queries: the six of [`DATASET`] five times over under their own ids (the fake model answers
-/// by query text, so each copy scores as its original).
-fn thirty_queries(dir: &Path) -> Vec<EvalQuery> {
-    let lines: String = (0..30)
+/// The six queries of [`DATASET`] repeated to `n` lines under their own ids (`q1-0`, …): the
+/// fake model answers by query text, so each copy scores as its original.
+pub(crate) fn repeated_dataset(n: usize) -> String {
+    (0..n)
         .map(|i| {
             let line = DATASET.lines().nth(i % 6).unwrap();
             let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -778,9 +778,13 @@ fn thirty_queries(dir: &Path) -> Vec<EvalQuery> {
             value["qid"] = qid.into();
             format!("{value}\n")
         })
-        .collect();
+        .collect()
+}
+
+/// 30 queries: [`repeated_dataset`] of 30.
+fn thirty_queries(dir: &Path) -> Vec<EvalQuery> {
     let path = dir.join("thirty.jsonl");
-    std::fs::write(&path, lines).unwrap();
+    std::fs::write(&path, repeated_dataset(30)).unwrap();
     load_queries(&path).unwrap()
 }
 

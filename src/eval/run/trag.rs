@@ -5,9 +5,7 @@
 
 use std::time::Instant;
 
-use super::{
-    gold, placeholder_metrics, Cost, EvalError, Evaluator, PoolRecord, QueryRecord, StageMs,
-};
+use super::{EvalError, Evaluator, PoolRecord, QueryRecord};
 use crate::agent::trag_qa::trag_qa;
 use crate::agent::{Llm, SearchSpace};
 use crate::eval::dataset::EvalQuery;
@@ -61,39 +59,22 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
             .gold_tables
             .iter()
             .any(|g| ranking_ids.iter().any(|r| r == g));
-        Ok(QueryRecord {
-            qid: query.qid.clone(),
-            method: self.method,
-            task: query.task,
-            error: None,
-            prediction: outcome.answer,
-            verdict: Some(outcome.verdict),
-            final_table: ranking_ids.first().cloned(),
-            tables_seen: shown.iter().map(|&t| id(t)).collect(),
-            pool: Some(PoolRecord {
-                views: ranking.coarse_views.unwrap_or_default(),
-                union: ranking_ids.len(),
-                gold_in_pool,
-            }),
-            ranking: ranking_ids,
-            trajectory: None,
-            qa_output: Some(response.text),
-            gold: gold(query),
-            metrics: placeholder_metrics(),
-            cost: Cost {
-                steps: 1,
-                llm_calls: 1,
-                encode_calls: ranking.encode_calls,
-                prompt_tokens: response.prompt_tokens,
-                cached_tokens: response.cached_tokens,
-                ms: StageMs {
-                    retrieval: retrieval_ms,
-                    encode: ranking.encode_ms,
-                    qa: response.ms,
-                    ..StageMs::default()
-                },
-                ..Cost::default()
-            },
-        })
+        let shown_ids = shown.iter().map(|&t| id(t)).collect();
+        let mut record = self.one_call_record(
+            query,
+            outcome,
+            response,
+            shown_ids,
+            ranking_ids,
+            retrieval_ms,
+        );
+        record.pool = Some(PoolRecord {
+            views: ranking.coarse_views.unwrap_or_default(),
+            union: record.ranking.len(),
+            gold_in_pool,
+        });
+        record.cost.encode_calls = ranking.encode_calls;
+        record.cost.ms.encode = ranking.encode_ms;
+        Ok(record)
     }
 }
