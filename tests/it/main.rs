@@ -34,6 +34,7 @@ mod eval_metrics;
 mod eval_run;
 mod eval_stats;
 mod fetch_models;
+mod fuzz_regressions;
 mod grep_rank;
 mod hub_cache;
 mod retrieve_bert;

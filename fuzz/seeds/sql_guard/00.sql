@@ -1,0 +1,1 @@
+SELECT name FROM cities WHERE population > 500000

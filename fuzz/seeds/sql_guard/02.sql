@@ -1,0 +1,1 @@
+WITH big AS (SELECT * FROM cities WHERE founded < 1900) SELECT name, country FROM big ORDER BY name

@@ -1,0 +1,1 @@
+SELECT c.name, o.y FROM cities c JOIN other o ON 1 = 1 LIMIT 3

@@ -1,0 +1,1 @@
+SELECT sum(population), avg(founded), max(length(name)) FROM cities GROUP BY country HAVING count(*) > 0

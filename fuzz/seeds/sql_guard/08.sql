@@ -1,0 +1,1 @@
+SELECT * FROM cities UNION SELECT * FROM other

@@ -1,0 +1,1 @@
+SELECT printf('%.3f', population / 7.0), upper(name), substr(country, 2) FROM cities

@@ -1,0 +1,1 @@
+SELECT name FROM cities WHERE name LIKE 'S%' COLLATE NOCASE

@@ -1,0 +1,1 @@
+select "name" from `cities` where [country] = 'France' -- comment

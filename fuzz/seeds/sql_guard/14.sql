@@ -1,0 +1,1 @@
+SELECT CAST(population AS INTEGER) FROM cities
