@@ -467,6 +467,9 @@ impl Database {
         // From here on nothing may change the database or reach outside it.
         conn.execute_batch("PRAGMA query_only = ON;")?;
         conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_ATTACHED, 0)?;
+        // No string or blob (or row) past 64 MiB: `printf('%999999999d', 1)` or `zeroblob(1e9)` is
+        // one step that the progress handler cannot interrupt (SQLite's default allows 1 GB).
+        conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH, 64 << 20)?;
         Ok(Self {
             conn,
             deadline,

@@ -3,12 +3,15 @@
 //! `fuzz/RESULTS.md` lists where each came from.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use tableseek::corpus::{SourceFormat, Table, TableMeta};
 use tableseek::engine::plan::ModelFacts;
 use tableseek::engine::{
     read_gguf, ChatMessage, ChatTemplate, Config, EngineError, ModelSpec, TemplateOptions,
     Tokenizer, TokenizerError,
 };
+use tableseek::sql::{Database, QueryLimits};
 
 /// Writes `data` as `name` in a fresh temporary directory (kept alive by the returned guard).
 fn write_temp(name: &str, data: &[u8]) -> (tempfile::TempDir, PathBuf) {
@@ -163,4 +166,40 @@ fn chat_template_self_referencing_namespace_is_an_error() {
             "{source}"
         );
     }
+}
+
+/// fuzz target `sql_guard` (a hang): `printf` with a huge width built a 1.4 GB string in 9.5 s
+/// although the guard's time limit was 200 ms (the progress handler cannot interrupt one step).
+/// Strings, blobs and rows are now capped at 64 MiB, so such a query fails at once.
+#[test]
+fn sql_huge_string_is_a_quick_error() {
+    let row = |cells: &[&str]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    let table = Table {
+        id: "cities.csv".into(),
+        source_format: SourceFormat::Csv,
+        header: row(&["name", "population"]),
+        rows: vec![row(&["Canberra", "431,380"]), row(&["Lyon", "522 250"])],
+        meta: TableMeta::default(),
+    };
+    let db = Database::new(&[(&table, "cities")]).unwrap();
+    let limits = QueryLimits {
+        timeout: Duration::from_millis(200),
+        max_rows: 16,
+    };
+    for sql in [
+        "SELECT printf('%6666666666666666666666666666666.3f', population / 7.0)- upper(name) FROM cities",
+        "SELECT length(printf('%999999999d', 1))",
+        "SELECT zeroblob(1000000000)",
+    ] {
+        let started = Instant::now();
+        assert!(db.query(sql, &limits).is_err(), "{sql}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{sql}: {:?}", started.elapsed());
+    }
+    assert_eq!(
+        db.query("SELECT name FROM cities", &limits)
+            .unwrap()
+            .rows
+            .len(),
+        2
+    );
 }
