@@ -42,6 +42,8 @@ pub enum ChatTemplateError {
     Compile(#[source] minijinja::Error),
     #[error("rendering the chat template: {0:#}")]
     Render(#[source] minijinja::Error),
+    #[error("the chat template is refused: {0}; a namespace that can reach itself would overflow the stack when printed")]
+    NestedNamespace(String),
 }
 
 pub type Result<T> = std::result::Result<T, ChatTemplateError>;
@@ -129,11 +131,15 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .build()
             .map_err(ChatTemplateError::Compile)?;
+        let source = source.into();
+        if let Some(why) = super::chat_namespace::nesting_violation(&source, syntax.clone()) {
+            return Err(ChatTemplateError::NestedNamespace(why));
+        }
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(ChatTemplateError::Compile)?;
         Ok(Self {
             env,

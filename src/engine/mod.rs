@@ -60,6 +60,7 @@ pub use model::Model;
 pub use prefix_cache::PrefixCache;
 
 pub mod chat;
+mod chat_namespace;
 pub mod constrain;
 pub mod session;
 pub mod tokenizer;

@@ -144,13 +144,12 @@ fn gguf_absurd_block_count_is_a_quick_error() {
     }
 }
 
-/// fuzz target `chat_template`, NOT FIXED: a namespace that holds itself (`{% set ns.n = ns %}`)
-/// overflows the stack when printed or serialized (minijinja 3.1.0 formats values recursively,
-/// without a cycle check), which aborts the process: a GGUF's `tokenizer.chat_template` can crash
-/// `tableseek`. Ignored because a stack overflow aborts the whole test binary; un-ignore once
-/// `ChatTemplate` guards against it. Input: `fuzz/crashes/chat_template/`.
+/// fuzz target `chat_template`: a namespace that holds itself (`{% set ns.n = ns %}`) overflowed
+/// the stack when printed or serialized (minijinja 3.1.0 formats values recursively, without a
+/// cycle check), which aborted the process, so a GGUF's `tokenizer.chat_template` could crash
+/// `tableseek`. `ChatTemplate::new` now refuses any template that could store a namespace inside a
+/// namespace (`engine/chat_namespace.rs`). Inputs: `fuzz/crashes/chat_template/`.
 #[test]
-#[ignore = "stack overflow (process abort) in minijinja 3.1.0 on a self-referencing namespace; not fixed yet"]
 fn chat_template_self_referencing_namespace_is_an_error() {
     let messages = [ChatMessage::user("hi")];
     for source in [
@@ -158,13 +157,30 @@ fn chat_template_self_referencing_namespace_is_an_error() {
         "{% set ns = namespace() %}{% set ns.n = [ns] %}{{ ns.n }}",
         "{% set ns = namespace() %}{% set ns.n = ns %}{{ ns | tojson }}",
     ] {
-        let template = ChatTemplate::new(source, None, None).unwrap();
-        assert!(
-            template
-                .render(&messages, &TemplateOptions::default())
-                .is_err(),
-            "{source}"
-        );
+        match ChatTemplate::new(source, None, None) {
+            Err(err) => assert!(err.to_string().contains("namespace"), "{source}: {err}"),
+            Ok(template) => panic!(
+                "{source}: accepted, renders {:?}",
+                template
+                    .render(&messages, &TemplateOptions::default())
+                    .is_ok()
+            ),
+        }
+    }
+    for crash in std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fuzz/crashes/chat_template"
+    ))
+    .expect("the committed crash inputs")
+    {
+        let path = crash.expect("a directory entry").path();
+        let bytes = std::fs::read(&path).expect("a crash input");
+        // The fuzz target's layout: template source, NUL, then `role<TAB>content` lines.
+        let source_end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        let source = String::from_utf8_lossy(&bytes[..source_end]);
+        if let Ok(template) = ChatTemplate::new(source.as_ref(), None, None) {
+            let _ = template.render(&messages, &TemplateOptions::default());
+        }
     }
 }
 
