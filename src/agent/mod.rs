@@ -41,6 +41,7 @@ mod run;
 pub mod schemas;
 pub mod sql_qa;
 pub mod tablerag;
+pub mod tas;
 pub mod testing;
 pub mod trag_qa;
 mod trajectory;
@@ -145,6 +146,11 @@ pub enum CallKind {
     Decompose,
     Nl2Sql,
     Compose,
+    /// TaS's calls ([`tas`]).
+    TasSchema,
+    TasExpand,
+    TasVerify,
+    TasPlan,
 }
 
 /// One request to the LLM.

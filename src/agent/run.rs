@@ -639,7 +639,7 @@ const STOPWORDS: [&str; 32] = [
 /// The query's distinct content words as patterns; the whole query if none is left. Plurals
 /// match their singular too ("singers" → `singer`, "countries" → `countr(y|ies)`): questions ask
 /// about "singers" of a table whose name and header say "singer".
-fn query_patterns(query: &str) -> Vec<String> {
+pub(crate) fn query_patterns(query: &str) -> Vec<String> {
     let mut patterns: Vec<String> = Vec::new();
     for word in query.split(|c: char| !c.is_alphanumeric()) {
         let lower = word.to_lowercase();

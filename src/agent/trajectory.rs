@@ -27,11 +27,19 @@ pub enum StepKind {
     Nl2Sql,
     /// TableRAG: the sub-answer from the excerpts and the SQL result.
     Compose,
+    /// TaS: the constraints (the state table's columns).
+    TasSchema,
+    /// TaS: new searches for rows.
+    TasExpand,
+    /// TaS: one row's pending cells checked against its table.
+    TasVerify,
+    /// TaS with the LLM planner: the next step.
+    TasPlan,
 }
 
 impl StepKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [StepKind; 10] = [
+    pub const ALL: [StepKind; 14] = [
         StepKind::PatternGen,
         StepKind::RefineSelect,
         StepKind::RefineRegenerate,
@@ -42,6 +50,10 @@ impl StepKind {
         StepKind::Decompose,
         StepKind::Nl2Sql,
         StepKind::Compose,
+        StepKind::TasSchema,
+        StepKind::TasExpand,
+        StepKind::TasVerify,
+        StepKind::TasPlan,
     ];
 
     /// The name used in trajectories (`pattern-gen`, `refine-select`, ...).
@@ -57,6 +69,10 @@ impl StepKind {
             StepKind::Decompose => "decompose",
             StepKind::Nl2Sql => "nl2sql",
             StepKind::Compose => "compose",
+            StepKind::TasSchema => "tas-schema",
+            StepKind::TasExpand => "tas-expand",
+            StepKind::TasVerify => "tas-verify",
+            StepKind::TasPlan => "tas-plan",
         }
     }
 }
@@ -126,6 +142,24 @@ pub enum Action {
     /// TableRAG compose: the sub-answer returned to the loop.
     SubAnswer {
         answer: String,
+    },
+    /// TaS schema: the constraints' descriptions; `from_query` when the output was unusable.
+    Schema {
+        checks: Vec<String>,
+        from_query: bool,
+    },
+    /// TaS expansion: the new pattern lists (repeats of earlier searches dropped).
+    Strategies {
+        searches: Vec<Vec<String>>,
+    },
+    /// TaS verification of one row: `constraint: status` for each cell it filled.
+    Verify {
+        table_id: String,
+        cells: Vec<String>,
+    },
+    /// TaS planner: the step chosen (`check T2`, `search`, `answer`).
+    Plan {
+        choice: String,
     },
 }
 
@@ -267,6 +301,9 @@ pub struct Trajectory {
     /// TableRAG ran out of iterations without an answer ("task incompletion").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub incomplete: bool,
+    /// TaS's state table, its snapshots and counts (absent for the other methods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tas: Option<super::tas::TasRecord>,
     pub totals: Totals,
 }
 
@@ -285,6 +322,7 @@ impl Trajectory {
             rounds: Vec::new(),
             iterations: Vec::new(),
             incomplete: false,
+            tas: None,
             totals: Totals::default(),
         }
     }
@@ -312,6 +350,9 @@ impl Trajectory {
         }
         self.totals.ms = 0.0;
         self.totals.cached_tokens = 0;
+        if let Some(tas) = &mut self.tas {
+            tas.zero_timings();
+        }
     }
 
     /// Did QA read this table at any call (R@all)?

@@ -36,7 +36,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// tableseek, bm25, dense, rerank, hybrid (BM25 + dense fused, no LLM in the ranking), oracle,
-    /// no-table, tablerag or trag (T-RAG).
+    /// no-table, tablerag, trag (T-RAG) or tas (Table-as-Search).
     #[arg(long)]
     pub method: Method,
     /// TableRAG's settings.
@@ -44,6 +44,8 @@ pub struct EvalArgs {
     pub tablerag: TableRagArgs,
     #[command(flatten)]
     pub trag: super::trag_args::TragArgs,
+    #[command(flatten)]
+    pub tas: super::tas_args::TasArgs,
     #[command(flatten)]
     pub model: ModelArgs,
     /// The dense and rerank methods' encoder.
@@ -139,6 +141,7 @@ fn run_options(
             rerank_max_length: args.rerank.rerank_max_length,
         }),
         trag: Some(args.trag.settings()),
+        tas: Some(args.tas.config()),
         shard: args.shard.map(|shard| shard.info(whole)),
     }
     .omit_unused()
@@ -250,6 +253,7 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         tablerag: args
             .tablerag
             .config(args.agent.max_new_tokens.unwrap_or(TABLERAG_MAX_NEW_TOKENS)),
+        tas: args.tas.config(),
         ..EvalOptions::default()
     };
     let space = CorpusSpace::new(&corpus)

@@ -13,6 +13,7 @@ mod report;
 mod retrieve;
 mod retrievers;
 mod tablerag_args;
+mod tas_args;
 mod trag_args;
 
 #[derive(Debug, Parser)]

@@ -63,6 +63,9 @@ pub struct RunOptions {
     /// T-RAG's settings (`trag` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trag: Option<crate::retrieve::trag::TragSettings>,
+    /// TaS's settings (`tas` only); `planner: rule` says the loop is rule-driven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tas: Option<crate::agent::tas::TasConfig>,
     /// Shard runs ([`super::shard::SHARD_KEY`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardInfo>,
@@ -128,6 +131,9 @@ impl RunOptions {
         if self.method != Method::Trag {
             self.trag = None;
         }
+        if self.method != Method::Tas {
+            self.tas = None;
+        }
         self
     }
 
@@ -176,6 +182,7 @@ mod tests {
             tablerag: None,
             rerank: None,
             trag: None,
+            tas: None,
             shard: None,
         }
     }

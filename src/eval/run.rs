@@ -7,6 +7,7 @@
 
 mod ranked;
 mod tablerag;
+mod tas;
 mod trag;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use super::dataset::EvalQuery;
 use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Verdict};
 use crate::agent::sql_qa::sql_qa;
 use crate::agent::tablerag::TableRagConfig;
+use crate::agent::tas::{Tas, TasConfig};
 pub use crate::agent::QaMode;
 use crate::agent::SqlAnswer;
 use crate::agent::{
@@ -79,10 +81,13 @@ pub enum Method {
     /// T-RAG: clusters per view, their union ranked by personalized PageRank, one graph-aware
     /// QA call over the top tables ([`crate::retrieve::trag`], [`crate::agent::trag_qa`]).
     Trag,
+    /// Table-as-Search: a state table of candidate tables × constraints, filled row by row, then
+    /// QA on the best row ([`crate::agent::tas`]).
+    Tas,
 }
 
 impl Method {
-    pub const ALL: [Method; 9] = [
+    pub const ALL: [Method; 10] = [
         Method::Tableseek,
         Method::Bm25,
         Method::Dense,
@@ -92,6 +97,7 @@ impl Method {
         Method::Tablerag,
         Method::Hybrid,
         Method::Trag,
+        Method::Tas,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -105,6 +111,7 @@ impl Method {
             Method::Tablerag => "tablerag",
             Method::Hybrid => "hybrid",
             Method::Trag => "trag",
+            Method::Tas => "tas",
         }
     }
 
@@ -259,6 +266,8 @@ pub struct EvalOptions {
     pub qa: QaMode,
     /// TableRAG's settings (`task` is replaced by each query's own).
     pub tablerag: TableRagConfig,
+    /// TaS's settings; `task`, `max_steps`, `evidence` and `max_new_tokens` are the agent's.
+    pub tas: TasConfig,
 }
 
 impl Default for EvalOptions {
@@ -271,6 +280,7 @@ impl Default for EvalOptions {
             rerank_depth: 5,
             qa: QaMode::Text,
             tablerag: TableRagConfig::default(),
+            tas: TasConfig::default(),
         }
     }
 }
@@ -307,6 +317,8 @@ pub struct Evaluator<'a, S: SearchSpace + ?Sized> {
     trag: Option<TragSetup<'a>>,
     tableqa_agent: Agent,
     fact_agent: Agent,
+    tableqa_tas: Tas,
+    fact_tas: Tas,
     options: EvalOptions,
 }
 
@@ -335,6 +347,16 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 ..options.agent.clone()
             })
         };
+        // The same budget, evidence size and token cap as TableSeek's, so the two compare.
+        let tas_for = |task| {
+            Tas::new(TasConfig {
+                task,
+                max_steps: options.agent.max_steps,
+                evidence: options.agent.evidence,
+                max_new_tokens: options.agent.max_new_tokens,
+                ..options.tas.clone()
+            })
+        };
         Ok(Self {
             method,
             space,
@@ -345,6 +367,8 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             trag: None,
             tableqa_agent: agent_for(TaskType::Tableqa)?,
             fact_agent: agent_for(TaskType::FactVerification)?,
+            tableqa_tas: tas_for(TaskType::Tableqa)?,
+            fact_tas: tas_for(TaskType::FactVerification)?,
             options,
         })
     }
@@ -419,6 +443,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 Method::NoTable => self.baseline(llm, query, Vec::new(), 0.0),
                 Method::Tablerag => self.tablerag(llm, query),
                 Method::Trag => self.trag(llm, query),
+                Method::Tas => self.tas(llm, query),
             };
         // A model failure is this query's outcome, not the run's: stopping would make every
         // resume fail on the same query.
@@ -430,7 +455,10 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         let cost = &mut record.cost;
         if self.options.timings {
             cost.ms.total = started.elapsed().as_secs_f64() * 1e3;
-            if matches!(self.method, Method::Tableseek | Method::Tablerag) {
+            if matches!(
+                self.method,
+                Method::Tableseek | Method::Tablerag | Method::Tas
+            ) {
                 let llm_ms = cost.ms.pattern_gen
                     + cost.ms.refine
                     + cost.ms.qa
@@ -483,6 +511,12 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 StepKind::Decompose => &mut cost.ms.decompose,
                 StepKind::Nl2Sql => &mut cost.ms.nl2sql,
                 StepKind::Compose => &mut cost.ms.compose,
+                // TaS: planning (schema, expansion, planner) is its pattern generation, and
+                // verifying rows is its refinement.
+                StepKind::TasSchema | StepKind::TasExpand | StepKind::TasPlan => {
+                    &mut cost.ms.pattern_gen
+                }
+                StepKind::TasVerify => &mut cost.ms.refine,
                 StepKind::RefineSelect
                 | StepKind::RefineRegenerate
                 | StepKind::RefineRerank

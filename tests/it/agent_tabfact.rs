@@ -103,9 +103,15 @@ impl Llm for LexicalLlm {
                     "Answer: CANNOT VERIFY".to_string()
                 }
             }
-            CallKind::Decompose | CallKind::Nl2Sql | CallKind::Compose => {
+            CallKind::Decompose
+            | CallKind::Nl2Sql
+            | CallKind::Compose
+            | CallKind::TasSchema
+            | CallKind::TasExpand
+            | CallKind::TasVerify
+            | CallKind::TasPlan => {
                 return Err(AgentError::Llm(
-                    "TableRAG calls are not scripted here".into(),
+                    "TableRAG and TaS calls are not scripted here".into(),
                 ))
             }
         };

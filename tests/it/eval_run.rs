@@ -118,6 +118,15 @@ impl Llm for FakeLlm {
             }
             CallKind::Nl2Sql => format!("```sql\nSELECT '{answer}' FROM T0 LIMIT 1\n```"),
             CallKind::Compose => format!("The answer is {answer}."),
+            // TaS: the query's patterns as one constraint, every check met, answer when asked.
+            CallKind::TasSchema => {
+                format!(r#"{{"constraints": [{{"check": "holds it", "patterns": {patterns}}}]}}"#)
+            }
+            CallKind::TasExpand => format!(r#"{{"searches": [{patterns}]}}"#),
+            CallKind::TasVerify => {
+                r#"{"checks": {"1": {"verdict": "yes", "evidence": "a matching row"}}}"#.to_string()
+            }
+            CallKind::TasPlan => r#"{"action": "answer"}"#.to_string(),
         };
         Ok(LlmResponse {
             text,
@@ -222,6 +231,14 @@ fn methods_produce_scored_records() {
                 assert_eq!(q1.metrics.r_all, Some(true));
                 assert_eq!(q1.cost.llm_calls, 3);
                 assert!(q1.trajectory.is_some());
+            }
+            Method::Tas => {
+                // Schema, one verification (a full match), QA.
+                assert_eq!(q1.final_table.as_deref(), Some("geo/capitals.csv"));
+                assert_eq!(q1.cost.llm_calls, 3);
+                assert_eq!(q1.ranking[0], "geo/capitals.csv");
+                let tas = q1.trajectory.as_ref().unwrap().tas.as_ref().unwrap();
+                assert!(tas.final_rows()[0].is_full_match());
             }
             Method::Dense | Method::Rerank | Method::Tablerag | Method::Hybrid | Method::Trag => {
                 unreachable!("filtered out")
