@@ -36,6 +36,126 @@ pub struct SummaryMetrics {
     /// stopped early keeping its last status; absent without agent trajectories.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top1_hit_by_round: Option<Vec<f64>>,
+    /// T-RAG's pooled candidates C* (records with a `pool`): recall deep in the ranking and how
+    /// often the gold table was in C* at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolSummary>,
+    /// TaS's state tables (records with a TaS trajectory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tas: Option<TasSummary>,
+}
+
+/// Means over the records with a T-RAG pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolSummary {
+    pub r_at_10: f64,
+    pub r_at_20: f64,
+    pub r_at_50: f64,
+    /// Share of queries whose gold table is in C*.
+    pub gold_in_pool: f64,
+    /// Mean size of C*.
+    pub pool_size: f64,
+}
+
+fn pool_summary(records: &[&QueryRecord]) -> Option<PoolSummary> {
+    let pooled: Vec<&QueryRecord> = records
+        .iter()
+        .copied()
+        .filter(|r| r.pool.is_some())
+        .collect();
+    if pooled.is_empty() {
+        return None;
+    }
+    let n = pooled.len() as f64;
+    let share =
+        |hit: &dyn Fn(&QueryRecord) -> bool| pooled.iter().filter(|r| hit(r)).count() as f64 / n;
+    let recall_at = |k: usize| {
+        share(&|r: &QueryRecord| {
+            r.ranking
+                .iter()
+                .take(k)
+                .any(|id| r.gold.tables.contains(id))
+        })
+    };
+    Some(PoolSummary {
+        r_at_10: recall_at(10),
+        r_at_20: recall_at(20),
+        r_at_50: recall_at(50),
+        gold_in_pool: share(&|r: &QueryRecord| r.pool.as_ref().is_some_and(|p| p.gold_in_pool)),
+        pool_size: pooled
+            .iter()
+            .map(|r| r.pool.as_ref().map_or(0, |p| p.union) as f64)
+            .sum::<f64>()
+            / n,
+    })
+}
+
+/// Means over the records with a TaS state table (the spec's TaS-specific counts).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TasSummary {
+    pub constraints: f64,
+    pub rows_added: f64,
+    pub cells_filled: f64,
+    /// Cells still pending when the loop stopped.
+    pub cells_pending: f64,
+    /// Share of queries where some row met every constraint.
+    pub full_match: f64,
+    /// Share of queries where the gold table had a row and it met every constraint.
+    pub gold_row_all_yes: f64,
+    /// Mean call index after which a row first met every constraint, over queries with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_full_match_call: Option<f64>,
+    /// Queries per stop reason.
+    pub stops: BTreeMap<String, usize>,
+}
+
+fn tas_summary(records: &[&QueryRecord]) -> Option<TasSummary> {
+    let states: Vec<(&QueryRecord, &crate::agent::tas::TasRecord)> = records
+        .iter()
+        .filter_map(|r| Some((*r, r.trajectory.as_ref()?.tas.as_ref()?)))
+        .collect();
+    if states.is_empty() {
+        return None;
+    }
+    let n = states.len() as f64;
+    let mean = |f: &dyn Fn(&crate::agent::tas::TasRecord) -> f64| {
+        states.iter().map(|(_, t)| f(t)).sum::<f64>() / n
+    };
+    let firsts: Vec<f64> = states
+        .iter()
+        .filter_map(|(_, t)| t.first_full_match_call.map(|c| c as f64))
+        .collect();
+    let mut stops = BTreeMap::new();
+    for (_, t) in &states {
+        let stop = t.stop.map_or("none".to_string(), |s| {
+            serde_json::to_value(s)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        });
+        *stops.entry(stop).or_insert(0) += 1;
+    }
+    Some(TasSummary {
+        constraints: mean(&|t| t.constraints.len() as f64),
+        rows_added: mean(&|t| t.rows_added as f64),
+        cells_filled: mean(&|t| t.cells_filled as f64),
+        cells_pending: mean(&|t| t.cells_pending as f64),
+        full_match: mean(&|t| {
+            f64::from(u8::from(t.final_rows().iter().any(|r| r.is_full_match())))
+        }),
+        gold_row_all_yes: states
+            .iter()
+            .filter(|(r, t)| {
+                t.final_rows()
+                    .iter()
+                    .any(|row| r.gold.tables.contains(&row.table_id) && row.is_full_match())
+            })
+            .count() as f64
+            / n,
+        first_full_match_call: (!firsts.is_empty())
+            .then(|| firsts.iter().sum::<f64>() / firsts.len() as f64),
+        stops,
+    })
 }
 
 /// [`SummaryMetrics::top1_hit_by_round`]. A trajectory without any ranking (its pattern call
@@ -45,6 +165,10 @@ fn top1_hit_by_round(records: &[QueryRecord]) -> Option<Vec<f64>> {
         .iter()
         .filter_map(|record| {
             let trajectory = record.trajectory.as_ref()?;
+            // TaS's rounds are its searches, run side by side, not refinements of one ranking.
+            if trajectory.tas.is_some() {
+                return None;
+            }
             let mut rounds: Vec<bool> = trajectory
                 .rounds
                 .iter()
@@ -138,6 +262,8 @@ impl Summary {
                 action_parse_rate,
                 action_constrained_rate,
                 top1_hit_by_round: top1_hit_by_round(records),
+                pool: pool_summary(&ordered),
+                tas: tas_summary(&ordered),
             },
         })
     }
@@ -146,12 +272,19 @@ impl Summary {
 type Column = (&'static str, fn(&Summary) -> Option<f64>);
 
 /// The main-results columns; a column is shown when some run has a value for it.
-const COLUMNS: [Column; 20] = [
+const COLUMNS: [Column; 24] = [
     ("R@1", |s| Some(s.metrics.aggregate.r_at_1)),
     ("R@3", |s| Some(s.metrics.aggregate.r_at_3)),
     ("R@5", |s| Some(s.metrics.aggregate.r_at_5)),
     ("R@all", |s| s.metrics.aggregate.r_all),
     ("R@final", |s| s.metrics.aggregate.r_final),
+    // T-RAG only: deep recall over its pool C*, and how often C* held the gold table.
+    ("R@10", |s| s.metrics.pool.as_ref().map(|p| p.r_at_10)),
+    ("R@20", |s| s.metrics.pool.as_ref().map(|p| p.r_at_20)),
+    ("R@50", |s| s.metrics.pool.as_ref().map(|p| p.r_at_50)),
+    ("gold in C*", |s| {
+        s.metrics.pool.as_ref().map(|p| p.gold_in_pool)
+    }),
     ("GR@1", |s| s.metrics.aggregate.gr_at_1),
     ("GR@all", |s| s.metrics.aggregate.gr_all),
     ("DS@all", |s| s.metrics.aggregate.ds_all),
@@ -221,6 +354,45 @@ pub fn render_report(runs: &[(&str, &Summary)]) -> String {
         for (name, curve) in curves {
             let rates: Vec<String> = curve.iter().map(|r| format!("{r:.3}")).collect();
             let _ = writeln!(out, "- {name}: {}", rates.join(" → "));
+        }
+    }
+    let pools: Vec<_> = runs
+        .iter()
+        .filter_map(|(name, s)| Some((name, s.metrics.pool.as_ref()?)))
+        .collect();
+    if !pools.is_empty() {
+        out.push_str("\nT-RAG pool C*:\n\n");
+        for (name, p) in pools {
+            let _ = writeln!(
+                out,
+                "- {name}: mean |C*| {:.1}, gold in C* {:.3}, R@10 {:.3}, R@20 {:.3}, R@50 {:.3}",
+                p.pool_size, p.gold_in_pool, p.r_at_10, p.r_at_20, p.r_at_50
+            );
+        }
+    }
+    let states: Vec<_> = runs
+        .iter()
+        .filter_map(|(name, s)| Some((name, s.metrics.tas.as_ref()?)))
+        .collect();
+    if !states.is_empty() {
+        out.push_str("\nTaS state tables (means per query):\n\n");
+        for (name, t) in states {
+            let stops: Vec<String> = t.stops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let first = t
+                .first_full_match_call
+                .map_or("–".to_string(), |c| format!("{c:.1}"));
+            let _ = writeln!(
+                out,
+                "- {name}: constraints {:.1}, rows added {:.1}, cells filled {:.1}, pending at stop \
+{:.1}, a full-match row {:.3}, gold row all yes {:.3}, first full match at call {first}; stops: {}",
+                t.constraints,
+                t.rows_added,
+                t.cells_filled,
+                t.cells_pending,
+                t.full_match,
+                t.gold_row_all_yes,
+                stops.join(", ")
+            );
         }
     }
     out
