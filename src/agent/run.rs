@@ -32,7 +32,7 @@ use super::prompts::{self, PromptOptions, Prompts, ShownTable};
 use super::schemas;
 use super::sql_qa::{self, SqlSession};
 use super::trajectory::{
-    Action, CallRecord, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
+    Action, CandidateRecord, NoneReason, RoundRecord, SeenTable, StepKind, Trajectory,
 };
 use super::{
     AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest, LlmResponse,
@@ -210,17 +210,12 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 );
                 Ok(response)
             }
-            Err(error) => Err(AgentError::Aborted {
-                call: self.steps(),
-                reason: error.to_string(),
-                partial: Box::new(self.trajectory.clone()),
-            }),
+            Err(error) => Err(self.trajectory.abort(&error)),
         }
     }
 
     fn record(&mut self, kind: StepKind, response: LlmResponse, parsed: bool, action: Action) {
-        self.trajectory
-            .push_call(CallRecord::new(kind, response, parsed, action, None));
+        self.trajectory.record(kind, response, parsed, action);
     }
 
     fn generate_patterns(&mut self) -> Result<(), AgentError> {

@@ -336,6 +336,26 @@ impl Trajectory {
         self.calls.push(call);
     }
 
+    /// Records a call without SQL.
+    pub(crate) fn record(
+        &mut self,
+        kind: StepKind,
+        response: super::LlmResponse,
+        parsed: bool,
+        action: Action,
+    ) {
+        self.push_call(CallRecord::new(kind, response, parsed, action, None));
+    }
+
+    /// A backend failure mid-query, carrying every call made so far so no work is lost.
+    pub(crate) fn abort(&self, error: &super::AgentError) -> super::AgentError {
+        super::AgentError::Aborted {
+            call: self.calls.len(),
+            reason: error.to_string(),
+            partial: Box::new(self.clone()),
+        }
+    }
+
     /// Sets every figure that depends on scheduling rather than on the inputs to zero: times, and
     /// prompt tokens served from the prefix cache (which depend on what ran before or alongside:
     /// queries that run at once cannot reuse each other's prefixes yet). The answers, tokens and

@@ -567,11 +567,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
         };
         self.llm
             .chat(&request)
-            .map_err(|error| AgentError::Aborted {
-                call: self.trajectory.calls.len(),
-                reason: error.to_string(),
-                partial: Box::new(self.trajectory.clone()),
-            })
+            .map_err(|error| self.trajectory.abort(&error))
     }
 
     fn record(

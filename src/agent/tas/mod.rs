@@ -32,9 +32,7 @@ use super::fit::fit_tables;
 use super::parse::{self, QaVariant, Verdict};
 use super::prompts::{PromptOptions, Prompts, ShownTable};
 use super::run::query_patterns;
-use super::trajectory::{
-    Action, CallRecord, CandidateRecord, RoundRecord, SeenTable, StepKind, Trajectory,
-};
+use super::trajectory::{Action, CandidateRecord, RoundRecord, SeenTable, StepKind, Trajectory};
 use super::{
     schemas, AgentError, CallKind, ChatMessage, Evidence, Grammar, Llm, LlmRequest, LlmResponse,
     SearchSpace, Strategy, TaskType,
@@ -389,16 +387,11 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
         };
         self.llm
             .chat(&request)
-            .map_err(|error| AgentError::Aborted {
-                call: self.steps(),
-                reason: error.to_string(),
-                partial: Box::new(self.trajectory.clone()),
-            })
+            .map_err(|error| self.trajectory.abort(&error))
     }
 
     fn record(&mut self, kind: StepKind, response: LlmResponse, parsed: bool, action: Action) {
-        self.trajectory
-            .push_call(CallRecord::new(kind, response, parsed, action, None));
+        self.trajectory.record(kind, response, parsed, action);
     }
 
     /// A structured call's token cap: what its JSON needs, at most the run's cap.
