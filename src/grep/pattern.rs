@@ -8,6 +8,15 @@ use regex_automata::{Input, MatchKind};
 /// Generous compile limits: a model may write long alternations, and a pattern that does not fit is
 /// lost from the score. The default 10 MB is easy to hit with Unicode case folding.
 const SIZE_LIMIT: usize = 64 << 20;
+/// Most "units" (literal bytes, class ranges) a pattern may expand to once its counted
+/// repetitions are unrolled, estimated from the syntax before any automaton is built. Building
+/// `\w{100100}` runs for seconds before the NFA size limit stops it (twice: the set, then the
+/// pattern alone), which the fuzzer found; 200,000 units is far beyond what a table pattern needs
+/// and well inside what compiles in milliseconds.
+const EXPANSION_LIMIT: u64 = 200_000;
+/// A pattern that can never match: the stand-in for one refused before compiling, which keeps
+/// the set's pattern indices in place.
+const NEVER_MATCHES: &str = r"[^\s\S]";
 /// Ceiling of the lazy DFA's state cache (per thread; it grows only as far as a search needs).
 const CACHE_LIMIT: usize = 8 << 20;
 
@@ -57,6 +66,13 @@ impl PatternSet {
                 .build()
                 .parse(pattern);
             let source = match syntax {
+                Ok(hir) if expanded_size(&hir) > EXPANSION_LIMIT => {
+                    warnings.push(format!(
+                        "pattern {pattern:?} is too large: its repetitions unroll to over \
+{EXPANSION_LIMIT} units; it matches nothing"
+                    ));
+                    NEVER_MATCHES.to_string()
+                }
                 Ok(_) => pattern.clone(),
                 Err(err) => {
                     let reason = err.to_string();
@@ -149,6 +165,28 @@ impl PatternSet {
                 .map(|(i, _)| i)
                 .collect(),
         }
+    }
+}
+
+/// The size of `hir` with counted repetitions unrolled (an unbounded one counted as its minimum
+/// plus one), in literal bytes and class ranges; saturating.
+fn expanded_size(hir: &regex_syntax::hir::Hir) -> u64 {
+    use regex_syntax::hir::{Class, HirKind};
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => 1,
+        HirKind::Literal(literal) => literal.0.len() as u64,
+        HirKind::Class(Class::Unicode(class)) => class.ranges().len().max(1) as u64,
+        HirKind::Class(Class::Bytes(class)) => class.ranges().len().max(1) as u64,
+        HirKind::Repetition(repetition) => {
+            let copies =
+                u64::from(repetition.max.unwrap_or(repetition.min).max(repetition.min)) + 1;
+            copies.saturating_mul(expanded_size(&repetition.sub))
+        }
+        HirKind::Capture(capture) => expanded_size(&capture.sub),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => parts
+            .iter()
+            .map(expanded_size)
+            .fold(0u64, u64::saturating_add),
     }
 }
 

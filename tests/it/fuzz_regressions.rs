@@ -219,3 +219,42 @@ fn sql_huge_string_is_a_quick_error() {
         2
     );
 }
+
+/// fuzz target `grep_pattern` (3 hangs): a counted repetition of a large class, such as
+/// `\w{100100}` or `\bS\w{12345}{3}w+o\b`, took 6 s to refuse, since the NFA builder ran until
+/// the 64 MB size limit, once for the set and again for the pattern alone. Patterns whose
+/// repetitions unroll past 200,000 units are now refused from the syntax, before any automaton.
+/// Inputs: `fuzz/crashes/grep_pattern/` (one pattern per line, as the target reads them).
+#[test]
+fn grep_pattern_huge_repetitions_are_refused_quickly() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/crashes/grep_pattern");
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("the committed hang inputs")
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    inputs.sort();
+    assert_eq!(inputs.len(), 3);
+    for path in inputs {
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let patterns: Vec<String> = text.lines().map(str::to_string).collect();
+        let started = Instant::now();
+        let set = tableseek::grep::PatternSet::compile(&patterns);
+        let _ = set.matches("Lyon 2148000 Sxxxwo abc");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{}: {:?}",
+            path.display(),
+            started.elapsed()
+        );
+        assert!(
+            set.warnings().iter().any(|w| w.contains("too large")),
+            "{}: {:?}",
+            path.display(),
+            set.warnings()
+        );
+    }
+    // An ordinary pattern beside a refused one still matches, at its own index.
+    let set =
+        tableseek::grep::PatternSet::compile(&[r"\w{100100}".to_string(), "lyon".to_string()]);
+    assert_eq!(set.matches("Lyon"), [1]);
+}
