@@ -9,8 +9,10 @@ use tableseek::eval::rundir::{QUERIES_FILE, SUMMARY_FILE};
 use crate::eval_run::{read, repeated_dataset, succeed, tableseek, write_corpus};
 
 const KILLS: usize = 20;
+/// Queries in the dataset.
+const QUERIES: usize = 24;
 
-/// A fixed sequence of kill delays (a 64-bit LCG), so a failure can be replayed.
+/// A fixed sequence of extra pauses (a 64-bit LCG), so a failure can be replayed.
 struct Delays(u64);
 
 impl Delays {
@@ -32,7 +34,7 @@ fn eval_killed_twenty_times_resumes_to_the_uninterrupted_records() {
     let corpus = write_corpus(tmp.path());
     let dataset = tmp.path().join("dataset.jsonl");
     // The six queries four times over, under their own ids.
-    std::fs::write(&dataset, repeated_dataset(24)).unwrap();
+    std::fs::write(&dataset, repeated_dataset(QUERIES)).unwrap();
     let eval = |out: &std::path::Path| {
         let mut command = tableseek();
         command
@@ -57,30 +59,42 @@ fn eval_killed_twenty_times_resumes_to_the_uninterrupted_records() {
     };
 
     let whole = tmp.path().join("whole");
-    let started = Instant::now();
     succeed(&mut eval(&whole));
-    let whole_time = started.elapsed();
 
+    // Kill points follow the run's progress, not a clock: the i-th kill waits until about
+    // i/KILLS of the records are written, then a seeded random pause of up to 60 ms, so kills
+    // land at startup, between records and in the middle of a write on a fast or a loaded
+    // machine alike. (Delays scaled from the uninterrupted run's time all fell after the end
+    // when that run happened to be slower than the later ones.)
     let killed = tmp.path().join("killed");
+    let records_in = |dir: &std::path::Path| {
+        std::fs::read_to_string(dir.join(QUERIES_FILE))
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    };
     let mut delays = Delays(0x7ab1e5ee);
     let mut finished_after_kill = Vec::new();
-    for _ in 0..KILLS {
+    for kill in 0..KILLS {
+        let target = (kill * QUERIES) / KILLS;
         let mut child = eval(&killed)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Anywhere from the start to the end of an uninterrupted run: model loading, the
-        // first queries, the middle, the last record and the summary.
-        let delay = whole_time.mul_f64(delays.next_fraction());
-        std::thread::sleep(delay.max(Duration::from_millis(20)));
-        // SIGKILL on Unix: no destructor, no flush, nothing but what is already on disk.
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while records_in(&killed) < target && child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "no progress towards {target} records"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(
+            (delays.next_fraction() * 60.0) as u64,
+        ));
         let _ = child.kill();
         child.wait().unwrap();
-        let records = std::fs::read_to_string(killed.join(QUERIES_FILE))
-            .map(|text| text.lines().count())
-            .unwrap_or(0);
-        finished_after_kill.push(records);
+        finished_after_kill.push(records_in(&killed));
     }
     succeed(&mut eval(&killed));
     assert_eq!(
@@ -94,7 +108,7 @@ fn eval_killed_twenty_times_resumes_to_the_uninterrupted_records() {
     );
     // The kills did land mid-run, not only before the first record or after the last.
     assert!(
-        finished_after_kill.iter().any(|&n| n > 0 && n < 24),
+        finished_after_kill.iter().any(|&n| n > 0 && n < QUERIES),
         "records after each kill: {finished_after_kill:?}"
     );
 }
