@@ -215,15 +215,10 @@ impl StateTable {
         let any_pending: Vec<String> = (0..constraints)
             .map(|c| format!("c{c} = 'pending'"))
             .collect();
-        let sql = format!(
+        self.row_numbers(&format!(
             "SELECT row FROM state WHERE {} ORDER BY row",
             any_pending.join(" OR ")
-        );
-        let mut statement = self.connection.prepare(&sql)?;
-        let rows = statement
-            .query_map([], |r| r.get::<_, i64>(0))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows.into_iter().map(|r| r as usize).collect())
+        ))
     }
 
     /// Rows for answer synthesis: most `yes` first, then fewest `no`, then insertion order.
@@ -239,12 +234,16 @@ impl StateTable {
                     .join(" + ")
             }
         };
-        let sql = format!(
+        self.row_numbers(&format!(
             "SELECT row FROM state ORDER BY {} DESC, {} ASC, row ASC",
             sum("yes"),
             sum("no")
-        );
-        let mut statement = self.connection.prepare(&sql)?;
+        ))
+    }
+
+    /// The `row` column of a query's result, in its order.
+    fn row_numbers(&self, sql: &str) -> Result<Vec<usize>, StateError> {
+        let mut statement = self.connection.prepare(sql)?;
         let rows = statement
             .query_map([], |r| r.get::<_, i64>(0))?
             .collect::<Result<Vec<_>, _>>()?;
