@@ -272,6 +272,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             })
             .collect();
         self.trajectory.rounds.push(RoundRecord {
+            tool: None,
             patterns: patterns.clone(),
             candidates,
             widened,

@@ -220,6 +220,9 @@ pub struct CandidateRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
     pub patterns: Vec<String>,
+    /// TaS: the text tool that ranked this round (`patterns` then holds its text); grep when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
     pub candidates: Vec<CandidateRecord>,
     /// The model's patterns matched nothing and the query's words were added (`widen_empty`);
     /// `patterns` holds the widened list.

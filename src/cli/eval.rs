@@ -10,6 +10,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use tableseek::agent::tas::search::SearchTool;
 use tableseek::agent::{
     AgentConfig, CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS, HYBRID_FUSION,
 };
@@ -163,7 +164,8 @@ pub fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     if let Some(shard) = args.shard {
         queries = shard.select(&queries);
     }
-    let dense = args.method.needs_encoder();
+    let dense = args.method.needs_encoder()
+        || (args.method == Method::Tas && args.tas.config().uses(SearchTool::Dense));
     let options = run_options(&args, &agent_config, dataset, corpus_dir.clone(), whole);
     let weights = args
         .model

@@ -119,7 +119,12 @@ impl RunOptions {
         if self.candidates != Some(Candidates::Hybrid) {
             self.candidate_fusion = None;
         }
-        if !self.method.needs_encoder() {
+        let tas_dense = self.method == Method::Tas
+            && self
+                .tas
+                .as_ref()
+                .is_some_and(|t| t.uses(crate::agent::tas::search::SearchTool::Dense));
+        if !self.method.needs_encoder() && !tas_dense {
             self.embed = None;
         }
         if self.method != Method::Tablerag {

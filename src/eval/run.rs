@@ -22,6 +22,7 @@ use super::dataset::EvalQuery;
 use super::metrics::{AnswerOutcome, MetricsError, QueryMetrics, QueryOutcome, Verdict};
 use crate::agent::sql_qa::sql_qa;
 use crate::agent::tablerag::TableRagConfig;
+use crate::agent::tas::search::SearchTool;
 use crate::agent::tas::{Tas, TasConfig};
 pub use crate::agent::QaMode;
 use crate::agent::SqlAnswer;
@@ -334,8 +335,13 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
         let index_of = (0..table_count)
             .map(|i| (space.table_id(i).to_string(), i))
             .collect();
+        let tas_bm25 = method == Method::Tas && options.tas.uses(SearchTool::Bm25);
         let bm25 = match method {
             Method::Bm25 | Method::Hybrid => {
+                let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
+                Some(Bm25Builder::okapi().build(&texts)?)
+            }
+            Method::Tas if tas_bm25 => {
                 let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
                 Some(Bm25Builder::okapi().build(&texts)?)
             }

@@ -162,6 +162,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> Run<'_, L, S> {
         let seed = ranking.first().copied();
         let seed_text = seed.map(|t| (self.shown_id(t), self.space.full_text(t)));
         self.trajectory.rounds.push(RoundRecord {
+            tool: None,
             patterns: Vec::new(),
             candidates: ranking
                 .iter()

@@ -4,8 +4,9 @@
 //!
 //! One query runs as: a schema call lists the constraints, each with grep patterns → the state
 //! table is created ([`state`], in-memory SQLite) → the first row expansion ranks tables by all
-//! constraint patterns and by the query's own words and appends the best unseen `per_search` of
-//! each (no call: the schema call wrote those patterns) → then, until the budget keeps one call
+//! constraint patterns, by the query's own words, and by the query through each text tool (BM25,
+//! dense: [`search`]), and appends the best unseen `per_search` of each, in the order of their
+//! fused rank (no call: the schema call wrote those patterns) → then, until the budget keeps one call
 //! for the answer: verify one row with pending cells (one call per row: its pending constraints
 //! and its table's preview under their patterns), or, when nothing is pending and no row meets
 //! every constraint, an expansion call writes `searches` new pattern lists → the answer is
@@ -19,6 +20,7 @@
 //! The state table is written into the trajectory after every operation.
 
 pub mod prompts;
+pub mod search;
 pub mod state;
 
 use std::time::Instant;
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 use self::prompts::{Constraint, PlanChoice};
+use self::search::{fused_order, fused_ranking, Search, SearchTool, TextTools, TEXT_SEARCH_DEPTH};
 use self::state::{CellStatus, StateError, StateRow, StateTable};
 use super::fit::fit_tables;
 use super::parse::{self, QaVariant, Verdict};
@@ -80,6 +83,10 @@ pub struct TasConfig {
     /// Most constraint columns the schema call may write.
     pub max_constraints: usize,
     pub planner: TasPlanner,
+    /// How rows are found: grep always (the space's ranker under pattern lists), BM25 and dense
+    /// over the query in the first expansion when listed.
+    #[serde(default = "grep_only")]
+    pub tools: Vec<SearchTool>,
     /// How many matched rows a verification preview shows.
     pub evidence: Evidence,
     pub max_new_tokens: usize,
@@ -94,13 +101,23 @@ impl Default for TasConfig {
             per_search: 2,
             max_constraints: 5,
             planner: TasPlanner::Rule,
+            tools: grep_only(),
             evidence: Evidence::default(),
             max_new_tokens: 512,
         }
     }
 }
 
+fn grep_only() -> Vec<SearchTool> {
+    vec![SearchTool::Grep]
+}
+
 impl TasConfig {
+    /// Whether the first expansion searches with `tool`.
+    pub fn uses(&self, tool: SearchTool) -> bool {
+        self.tools.contains(&tool)
+    }
+
     pub fn validate(&self) -> Result<(), AgentError> {
         if self.max_steps < 2 {
             return Err(AgentError::InvalidConfig(format!(
@@ -211,13 +228,26 @@ impl Tas {
         &self.config
     }
 
-    /// Answers one query. On a backend failure the error carries the partial trajectory.
+    /// Answers one query with the grep tool alone; see [`Tas::run_with`].
     pub fn run<L: Llm + ?Sized, S: SearchSpace + ?Sized>(
         &self,
         llm: &mut L,
         space: &S,
         query: &str,
     ) -> Result<Trajectory, AgentError> {
+        self.run_with(llm, space, TextTools::default(), query)
+    }
+
+    /// Answers one query; `tools` holds a ranker for every text tool of the configuration. On a
+    /// backend failure the error carries the partial trajectory.
+    pub fn run_with<L: Llm + ?Sized, S: SearchSpace + ?Sized>(
+        &self,
+        llm: &mut L,
+        space: &S,
+        tools: TextTools<'_>,
+        query: &str,
+    ) -> Result<Trajectory, AgentError> {
+        tools.check(&self.config.tools)?;
         if query.trim().is_empty() {
             return Err(AgentError::EmptyQuery);
         }
@@ -239,12 +269,14 @@ impl Tas {
             qa_prompts: &self.qa_prompts,
             llm,
             space,
+            tools,
             query,
             trajectory,
             state: StateTable::new().map_err(state_error)?,
             rows: Vec::new(),
             attempted: Vec::new(),
             searches: Vec::new(),
+            first_searches: 0,
         };
         run.execute()?;
         let t = &run.trajectory;
@@ -263,6 +295,7 @@ struct TasRun<'a, L: ?Sized, S: ?Sized> {
     qa_prompts: &'a Prompts,
     llm: &'a mut L,
     space: &'a S,
+    tools: TextTools<'a>,
     query: &'a str,
     trajectory: Trajectory,
     state: StateTable,
@@ -271,8 +304,10 @@ struct TasRun<'a, L: ?Sized, S: ?Sized> {
     /// Rows a verification call was spent on (a row is verified once; cells the model left
     /// unanswered stay pending).
     attempted: Vec<usize>,
-    /// Every search so far: its patterns and its ranking (table indices).
-    searches: Vec<(Vec<String>, Vec<usize>)>,
+    /// Every search so far, in the order run.
+    searches: Vec<Search>,
+    /// How many of `searches` the first expansion ran.
+    first_searches: usize,
 }
 
 impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
@@ -304,17 +339,24 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
         let constraints = self.constraints().len();
         self.state.create(constraints).map_err(state_error)?;
         self.snapshot(Operation::Create, None, started)?;
-        let mut first: Vec<Vec<String>> = vec![dedup(
+        let constraint_patterns = dedup(
             self.constraints()
                 .iter()
                 .flat_map(|c| c.patterns.iter().cloned())
                 .collect(),
-        )];
+        );
         let words = query_patterns(self.query);
-        if words != first[0] {
-            first.push(words);
+        let mut first = vec![(SearchTool::Grep, constraint_patterns)];
+        if words != first[0].1 {
+            first.push((SearchTool::Grep, words));
+        }
+        for &tool in &self.config.tools {
+            if tool != SearchTool::Grep {
+                first.push((tool, vec![self.query.to_string()]));
+            }
         }
         self.expand_with(first, None)?;
+        self.first_searches = self.searches.len();
         let stop = self.orchestrate()?;
         self.tas().stop = Some(stop);
         self.answer()?;
@@ -455,55 +497,85 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
         Ok(())
     }
 
-    /// Runs each search and appends its best `per_search` unseen tables; returns how many rows
-    /// were added.
-    fn expand_with(
-        &mut self,
-        searches: Vec<Vec<String>>,
-        call: Option<usize>,
-    ) -> Result<usize, AgentError> {
-        let mut added = 0;
-        for patterns in searches {
-            let ranking: Vec<usize> = self
+    /// The ranking of one search: grep through the space, text tools through their ranker.
+    fn run_search(&mut self, tool: SearchTool, terms: &[String]) -> Result<Vec<usize>, AgentError> {
+        match self.tools.get(tool) {
+            None => Ok(self
                 .space
-                .rank(self.query, &patterns)
+                .rank(self.query, terms)
                 .into_iter()
                 .map(|r| r.table)
-                .collect();
-            let mut taken = 0;
-            let mut candidates = Vec::new();
-            for (position, &table) in ranking.iter().enumerate() {
-                if taken == self.config.per_search && position >= 10 {
-                    break;
-                }
-                let mut shown_id = String::new();
-                if taken < self.config.per_search && !self.rows.contains(&table) {
-                    let started = Instant::now();
-                    let id = self.space.table_id(table).to_string();
-                    if let Some(row) = self.state.append(&id).map_err(state_error)? {
-                        self.rows.push(table);
-                        self.snapshot(Operation::Append, call, started)?;
-                        shown_id = format!("T{row}");
-                        taken += 1;
-                        added += 1;
-                    }
-                }
-                if position < 10 {
-                    candidates.push(CandidateRecord {
-                        shown_id,
-                        table_id: self.space.table_id(table).to_string(),
-                        score: 0.0,
-                    });
-                }
+                .collect()),
+            Some(ranker) => ranker
+                .search(&terms.join(" "), TEXT_SEARCH_DEPTH)
+                .map_err(|reason| {
+                    let error =
+                        AgentError::Retrieval(format!("TaS {} search: {reason}", tool.as_str()));
+                    self.trajectory.abort(&error)
+                }),
+        }
+    }
+
+    /// Runs each search, takes its best `per_search` unseen tables, and appends them in their
+    /// fused order ([`fused_order`]); returns how many rows were added.
+    fn expand_with(
+        &mut self,
+        searches: Vec<(SearchTool, Vec<String>)>,
+        call: Option<usize>,
+    ) -> Result<usize, AgentError> {
+        let mut ran = Vec::with_capacity(searches.len());
+        let mut offered: Vec<usize> = Vec::new();
+        for (tool, terms) in searches {
+            let ranking = self.run_search(tool, &terms)?;
+            let unseen = ranking
+                .iter()
+                .copied()
+                .filter(|t| !self.rows.contains(t) && !offered.contains(t))
+                .take(self.config.per_search)
+                .collect::<Vec<_>>();
+            offered.extend(unseen);
+            ran.push(Search {
+                tool,
+                terms,
+                ranking,
+            });
+        }
+        let mut shown: Vec<(usize, String)> = Vec::new();
+        let mut added = 0;
+        for table in fused_order(&ran, &offered) {
+            let started = Instant::now();
+            let id = self.space.table_id(table).to_string();
+            if let Some(row) = self.state.append(&id).map_err(state_error)? {
+                self.rows.push(table);
+                self.snapshot(Operation::Append, call, started)?;
+                shown.push((table, format!("T{row}")));
+                added += 1;
             }
+        }
+        for search in &ran {
+            let candidates = search
+                .ranking
+                .iter()
+                .take(10)
+                .map(|&table| CandidateRecord {
+                    shown_id: shown
+                        .iter()
+                        .find(|(t, _)| *t == table)
+                        .map(|(_, id)| id.clone())
+                        .unwrap_or_default(),
+                    table_id: self.space.table_id(table).to_string(),
+                    score: 0.0,
+                })
+                .collect();
             self.trajectory.rounds.push(RoundRecord {
-                patterns: patterns.clone(),
+                patterns: search.terms.clone(),
+                tool: (search.tool != SearchTool::Grep).then(|| search.tool.as_str().to_string()),
                 candidates,
                 widened: false,
                 history_restarted: false,
             });
-            self.searches.push((patterns, ranking));
         }
+        self.searches.extend(ran);
         self.tas().rows_added += added;
         Ok(added)
     }
@@ -512,7 +584,12 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
     /// searches are appended instead. Returns whether any row was added.
     fn expand(&mut self) -> Result<bool, AgentError> {
         let rows = self.state.snapshot().map_err(state_error)?;
-        let used: Vec<Vec<String>> = self.searches.iter().map(|(p, _)| p.clone()).collect();
+        let used: Vec<Vec<String>> = self
+            .searches
+            .iter()
+            .filter(|s| s.tool == SearchTool::Grep)
+            .map(|s| s.terms.clone())
+            .collect();
         let messages = prompts::expand(
             self.config.task,
             self.query,
@@ -544,7 +621,11 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
             },
         );
         let call = Some(self.steps() - 1);
-        let mut added = self.expand_with(searches, call)?;
+        let grep = searches
+            .into_iter()
+            .map(|patterns| (SearchTool::Grep, patterns))
+            .collect();
+        let mut added = self.expand_with(grep, call)?;
         if added == 0 {
             added = self.deepen(call)?;
         }
@@ -556,8 +637,8 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
         let mut added = 0;
         for s in 0..self.searches.len() {
             let mut taken = 0;
-            for i in 0..self.searches[s].1.len() {
-                let table = self.searches[s].1[i];
+            for i in 0..self.searches[s].ranking.len() {
+                let table = self.searches[s].ranking[i];
                 if taken == self.config.per_search {
                     break;
                 }
@@ -763,16 +844,16 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
         Ok(outcome.verdict)
     }
 
-    /// Rows in answer order, then the first search's ranking, without repeats.
+    /// Rows in answer order, then the fused ranking of the first expansion's searches, without
+    /// repeats.
     fn final_ranking(&self) -> Result<Vec<String>, AgentError> {
         let mut ranking: Vec<String> = Vec::new();
         let rows = self.state.ranked_rows().map_err(state_error)?;
-        let tables = rows.into_iter().map(|row| self.rows[row]).chain(
-            self.searches
-                .first()
-                .into_iter()
-                .flat_map(|(_, r)| r.iter().copied()),
-        );
+        let first = &self.searches[..self.first_searches.min(self.searches.len())];
+        let tables = rows
+            .into_iter()
+            .map(|row| self.rows[row])
+            .chain(fused_ranking(first));
         for table in tables {
             let id = self.space.table_id(table).to_string();
             if !ranking.contains(&id) {

@@ -245,3 +245,69 @@ fn bad_budgets_are_refused() {
     cfg.searches = 0;
     assert!(Tas::new(cfg).is_err());
 }
+
+/// A text tool with a fixed ranking, recording what it was asked.
+struct FixedTool {
+    ranking: Vec<usize>,
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+impl search::TextSearch for FixedTool {
+    fn search(&self, text: &str, depth: usize) -> Result<Vec<usize>, String> {
+        self.asked.lock().unwrap().push(text.to_string());
+        Ok(self.ranking.iter().copied().take(depth).collect())
+    }
+}
+
+#[test]
+fn text_tools_search_the_query_and_rows_join_in_fused_order() {
+    let space = space();
+    // Both text tools put paris_weather (2) first; grep on `paris` and `population` puts
+    // paris_people (1) first. The fusion of all four searches leads with 2, so it is verified
+    // first, although the first search's top table is 1.
+    let tool = |ranking: &[usize]| FixedTool {
+        ranking: ranking.to_vec(),
+        asked: std::sync::Mutex::new(Vec::new()),
+    };
+    let (bm25, dense) = (tool(&[2, 3, 0]), tool(&[2, 3, 1]));
+    let mut llm = ScriptedLlm::new([
+        SCHEMA,
+        r#"{"checks": [{"id": 1, "verdict": "no", "evidence": "rain only"},
+                       {"id": 2, "verdict": "no", "evidence": "no population"}]}"#,
+        r#"{"checks": [{"id": 1, "verdict": "yes", "evidence": "Paris,2148000,2020"},
+                       {"id": 2, "verdict": "yes", "evidence": "population column"}]}"#,
+        "Answer: 2148000",
+    ]);
+    let mut cfg = config(10);
+    cfg.tools = vec![SearchTool::Grep, SearchTool::Bm25, SearchTool::Dense];
+    let tas = Tas::new(cfg.clone()).unwrap();
+    let tools = TextTools {
+        bm25: Some(&bm25),
+        dense: Some(&dense),
+    };
+    let query = "How many people live in Paris?";
+    let t = tas.run_with(&mut llm, &space, tools, query).unwrap();
+    assert_eq!(*bm25.asked.lock().unwrap(), [query]);
+    assert_eq!(*dense.asked.lock().unwrap(), [query]);
+    let record = t.tas.as_ref().unwrap();
+    let rows: Vec<&str> = record
+        .final_rows()
+        .iter()
+        .map(|r| r.table_id.as_str())
+        .collect();
+    assert_eq!(rows[..2], ["db/paris_weather.csv", "db/paris_people.csv"]);
+    assert_eq!(t.final_table.as_deref(), Some("db/paris_people.csv"));
+    let tools_used: Vec<Option<&str>> = t.rounds.iter().map(|r| r.tool.as_deref()).collect();
+    assert!(tools_used.contains(&Some("bm25")) && tools_used.contains(&Some("dense")));
+    // A configured tool without its ranker is refused before any call.
+    let mut llm = ScriptedLlm::new([SCHEMA]);
+    let missing = TextTools {
+        bm25: Some(&bm25),
+        dense: None,
+    };
+    let error = Tas::new(cfg)
+        .unwrap()
+        .run_with(&mut llm, &space, missing, query);
+    assert!(matches!(error, Err(AgentError::InvalidConfig(_))));
+    assert_eq!(llm.remaining(), 1);
+}

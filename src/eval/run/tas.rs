@@ -1,10 +1,34 @@
-//! The `tas` method: Table-as-Search's loop ([`crate::agent::tas`]) on the run's search space.
+//! The `tas` method: Table-as-Search's loop ([`crate::agent::tas`]) on the run's search space,
+//! with the run's BM25 index and dense encoder as its text search tools.
 //! The record's ranking is TaS's own: the state table's rows as answer synthesis orders them,
-//! then the first search's ranking, so R@1 reads the row TaS answers from first.
+//! then the first expansion's fused ranking, so R@1 reads the row TaS answers from first.
 
 use super::{EvalError, Evaluator, QueryRecord};
+use crate::agent::tas::search::{SearchTool, TextSearch, TextTools};
 use crate::agent::{Llm, SearchSpace, TaskType};
 use crate::eval::dataset::EvalQuery;
+use crate::retrieve::pipeline::Ranker;
+
+/// A retrieval pipeline ranker as a TaS text tool.
+struct PipelineTool<'r, 'a, 'b> {
+    ranker: Ranker<'a, 'b>,
+    qid: &'r str,
+}
+
+impl TextSearch for PipelineTool<'_, '_, '_> {
+    fn search(&self, text: &str, depth: usize) -> Result<Vec<usize>, String> {
+        // Text tools rank with no document reader: neither BM25 nor dense without a reranker
+        // reads documents at query time.
+        let ranking = self
+            .ranker
+            .rank(text, depth, &|_| String::new())
+            .map_err(|e| e.to_string())?;
+        for warning in &ranking.warnings {
+            tracing::warn!(qid = %self.qid, "TaS search: {warning}");
+        }
+        Ok(ranking.hits.into_iter().map(|hit| hit.doc).collect())
+    }
+}
 
 impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
     pub(super) fn tas<L: Llm + ?Sized>(
@@ -16,7 +40,37 @@ impl<S: SearchSpace + ?Sized> Evaluator<'_, S> {
             TaskType::Tableqa => &self.tableqa_tas,
             TaskType::FactVerification => &self.fact_tas,
         };
-        let trajectory = tas.run(llm, self.space, &query.query)?;
+        let config = tas.config();
+        let bm25 = match (&self.bm25, config.uses(SearchTool::Bm25)) {
+            (Some(index), true) => Some(PipelineTool {
+                ranker: Ranker::Bm25(index),
+                qid: &query.qid,
+            }),
+            (None, true) => return Err(EvalError::NotConfigured(self.method, "a BM25 index")),
+            _ => None,
+        };
+        let dense = match (&self.dense, config.uses(SearchTool::Dense)) {
+            (Some(setup), true) => Some(PipelineTool {
+                ranker: Ranker::Dense {
+                    encoder: setup.encoder,
+                    index: setup.index,
+                    rerank: None,
+                },
+                qid: &query.qid,
+            }),
+            (None, true) => {
+                return Err(EvalError::NotConfigured(
+                    self.method,
+                    "an encoder and index (TaS's dense tool)",
+                ))
+            }
+            _ => None,
+        };
+        let tools = TextTools {
+            bm25: bm25.as_ref().map(|t| t as &dyn TextSearch),
+            dense: dense.as_ref().map(|t| t as &dyn TextSearch),
+        };
+        let trajectory = tas.run_with(llm, self.space, tools, &query.query)?;
         let ranking: Option<Vec<String>> = trajectory.tas.as_ref().map(|t| {
             t.ranking
                 .iter()
