@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use tableseek::agent::tas::search::SearchTool;
 use tableseek::agent::testing::MemorySpace;
 use tableseek::agent::{
     AgentConfig, AgentError, CallKind, Llm, LlmRequest, LlmResponse, Role, TaskType,
@@ -708,6 +709,34 @@ fn dense_and_rerank_methods() {
     unique.dedup();
     assert_eq!(unique.len(), record.ranking.len());
     assert_eq!((record.cost.llm_calls, record.cost.encode_calls), (1, 1));
+
+    // TaS with BM25 and dense as search tools: both rank the query in the first expansion, and
+    // the dense tool needs the encoder like the dense method does.
+    let tas_options = || {
+        let mut options = options();
+        options.tas.tools = vec![SearchTool::Grep, SearchTool::Bm25, SearchTool::Dense];
+        options
+    };
+    let bare = Evaluator::new(Method::Tas, &space, space.len(), tas_options()).unwrap();
+    let err = bare
+        .run_query(&mut FakeLlm::default(), &queries[0])
+        .unwrap_err();
+    assert!(err.to_string().contains("encoder"), "{err}");
+    let tas = Evaluator::new(Method::Tas, &space, space.len(), tas_options())
+        .unwrap()
+        .with_dense(&WordsEncoder, &index);
+    let record = tas.run_query(&mut FakeLlm::default(), &queries[0]).unwrap();
+    assert_eq!(record.final_table.as_deref(), Some("geo/capitals.csv"));
+    let trajectory = record.trajectory.as_ref().unwrap();
+    let tools: Vec<Option<&str>> = trajectory
+        .rounds
+        .iter()
+        .map(|r| r.tool.as_deref())
+        .collect();
+    assert!(
+        tools.contains(&Some("bm25")) && tools.contains(&Some("dense")),
+        "{tools:?}"
+    );
 
     let Some(mut reranker) = tiny_reranker() else {
         return;
