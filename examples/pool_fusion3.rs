@@ -1,0 +1,214 @@
+//! Would a third ranking help `--candidates hybrid`? For each record of a TableSeek run
+//! directory, the patterns of its first call are ranked by the grep stage and by BM25 (as
+//! `CorpusSpace` does), a dense ranking of the same query is read from a `tableseek retrieve
+//! --method dense` output, and every rule of a grid of three-way fusions is scored by R@1 and R@3
+//! of the pool's head (the refine step of the default model selects the head: see
+//! `examples/fusion_grid.rs`).
+//!
+//! ```text
+//! cargo run --release --example pool_fusion3 -- CORPUS_DIR RUN_DIR DENSE.jsonl [CORPUS_DIR RUN_DIR DENSE.jsonl ...]
+//! ```
+//! Run it on tuning queries only.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use tableseek::agent::{Action, Candidates, CorpusSpace, SearchSpace};
+use tableseek::corpus::{Corpus, LoadOptions};
+use tableseek::eval::read_records;
+use tableseek::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K};
+
+const WEIGHTS: [f64; 5] = [0.0, 0.5, 1.0, 2.0, 4.0];
+
+#[derive(Clone, Copy)]
+enum Rule {
+    Rrf([f64; 3]),
+    /// Each side's scores min-max scaled over its own list, then weighted and summed.
+    Blend([f64; 3]),
+}
+
+fn rules() -> Vec<(String, Rule)> {
+    let mut rules = Vec::new();
+    for wb in WEIGHTS {
+        for wd in WEIGHTS {
+            rules.push((format!("rrf 1/{wb}/{wd}"), Rule::Rrf([1.0, wb, wd])));
+            rules.push((format!("blend 1/{wb}/{wd}"), Rule::Blend([1.0, wb, wd])));
+        }
+    }
+    rules.push(("dense alone".into(), Rule::Rrf([0.0, 0.0, 1.0])));
+    rules.push(("bm25 alone".into(), Rule::Rrf([0.0, 1.0, 0.0])));
+    rules
+}
+
+struct Case {
+    query: String,
+    patterns: Vec<String>,
+    gold: Vec<String>,
+    dense: Vec<(String, f64)>,
+}
+
+fn dense_rankings(path: &Path) -> Result<BTreeMap<String, Vec<(String, f64)>>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        let qid = value["qid"].as_str().context("qid")?.to_string();
+        let ranking = value["ranking"]
+            .as_array()
+            .context("ranking")?
+            .iter()
+            .filter_map(|hit| {
+                Some((
+                    hit["table_id"].as_str()?.to_string(),
+                    hit["score"].as_f64()?,
+                ))
+            })
+            .collect();
+        out.insert(qid, ranking);
+    }
+    Ok(out)
+}
+
+fn cases(run: &Path, dense: &Path) -> Result<Vec<Case>> {
+    let dense = dense_rankings(dense)?;
+    let mut cases = Vec::new();
+    for record in read_records(run).with_context(|| format!("reading {}", run.display()))? {
+        let Some(trajectory) = record.trajectory else {
+            bail!("{}: record {} has no trajectory", run.display(), record.qid)
+        };
+        let patterns = trajectory.calls.iter().find_map(|call| match &call.action {
+            Action::Patterns { patterns, .. } => Some(patterns.clone()),
+            _ => None,
+        });
+        cases.push(Case {
+            query: trajectory.query.clone(),
+            patterns: patterns.unwrap_or_default(),
+            gold: record.gold.tables.clone(),
+            dense: dense.get(&record.qid).cloned().unwrap_or_default(),
+        });
+    }
+    Ok(cases)
+}
+
+fn scaled(list: &[(usize, f64)]) -> Vec<(usize, f64)> {
+    let max = list.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+    let min = list.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
+    let span = (max - min).max(1e-12);
+    list.iter().map(|&(i, s)| (i, (s - min) / span)).collect()
+}
+
+fn fuse(rule: Rule, sides: &[Vec<(usize, f64)>; 3]) -> Vec<usize> {
+    match rule {
+        Rule::Rrf(weights) => {
+            let items: Vec<Vec<usize>> = sides
+                .iter()
+                .map(|s| s.iter().map(|x| x.0).collect())
+                .collect();
+            let lists: Vec<RankedList<'_>> = items
+                .iter()
+                .zip(weights)
+                .filter(|(_, w)| *w > 0.0)
+                .map(|(items, weight)| RankedList { items, weight })
+                .collect();
+            reciprocal_rank_fusion(&lists, DEFAULT_RRF_K)
+                .into_iter()
+                .map(|f| f.item)
+                .collect()
+        }
+        Rule::Blend(weights) => {
+            let mut score: BTreeMap<usize, f64> = BTreeMap::new();
+            for (side, weight) in sides.iter().zip(weights) {
+                if weight > 0.0 {
+                    for (item, s) in scaled(side) {
+                        *score.entry(item).or_default() += weight * s;
+                    }
+                }
+            }
+            let mut order: Vec<(usize, f64)> = score.into_iter().collect();
+            order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            order.into_iter().map(|x| x.0).collect()
+        }
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    if args.is_empty() || !args.len().is_multiple_of(3) {
+        bail!("usage: pool_fusion3 CORPUS_DIR RUN_DIR DENSE.jsonl [...]");
+    }
+    let rules = rules();
+    let mut table: Vec<Vec<(f64, f64)>> = vec![Vec::new(); rules.len()];
+    for set in args.chunks(3) {
+        let (corpus, _) = Corpus::load(&set[0], &LoadOptions::default())
+            .with_context(|| format!("loading {}", set[0].display()))?;
+        let cases = cases(&set[1], &set[2])?;
+        println!("set: {} ({})", set[1].display(), cases.len());
+        let grep = CorpusSpace::new(&corpus);
+        let bm25 = CorpusSpace::new(&corpus).candidates(Candidates::Bm25)?;
+        let sides: Vec<[Vec<(usize, f64)>; 3]> = cases
+            .iter()
+            .map(|case| {
+                let scored = |space: &CorpusSpace<'_>| -> Vec<(usize, f64)> {
+                    space
+                        .rank(&case.query, &case.patterns)
+                        .into_iter()
+                        .take(100)
+                        .map(|r| (r.table, r.score))
+                        .collect()
+                };
+                let dense = case
+                    .dense
+                    .iter()
+                    .filter_map(|(id, s)| Some((corpus.index_of(id)?, *s)))
+                    .collect();
+                [scored(&grep), scored(&bm25), dense]
+            })
+            .collect();
+        for (row, (_, rule)) in rules.iter().enumerate() {
+            let (mut at1, mut at3) = (0usize, 0usize);
+            for (case, sides) in cases.iter().zip(&sides) {
+                let head: Vec<&str> = fuse(*rule, sides)
+                    .into_iter()
+                    .take(3)
+                    .map(|t| corpus.id(t))
+                    .collect();
+                let hit = |n: usize| {
+                    head.iter()
+                        .take(n)
+                        .any(|id| case.gold.iter().any(|g| g == id))
+                };
+                at1 += usize::from(hit(1));
+                at3 += usize::from(hit(3));
+            }
+            let n = cases.len().max(1) as f64;
+            table[row].push((at1 as f64 / n, at3 as f64 / n));
+        }
+    }
+    let mut rows: Vec<(f64, f64, String)> = rules
+        .iter()
+        .zip(&table)
+        .map(|((name, _), sets)| {
+            let cells: Vec<String> = sets
+                .iter()
+                .map(|(a, b)| format!("{a:.3} / {b:.3}"))
+                .collect();
+            let n = sets.len() as f64;
+            let r1 = sets.iter().map(|(a, _)| a).sum::<f64>() / n;
+            let r3 = sets.iter().map(|(_, b)| b).sum::<f64>() / n;
+            (
+                r1,
+                r3,
+                format!(
+                    "{name:<20} {}  mean R@1 {r1:.3} R@3 {r3:.3}",
+                    cells.join("   ")
+                ),
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    for (_, _, line) in rows {
+        println!("{line}");
+    }
+    Ok(())
+}
