@@ -9,12 +9,11 @@
 //! ```
 //! Run it on tuning queries disjoint from the ones the method is reported on.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use tableseek::agent::{Action, Candidates, CorpusSpace, SearchSpace};
+use tableseek::agent::{Candidates, CorpusSpace, SearchSpace};
 use tableseek::corpus::{Corpus, LoadOptions};
-use tableseek::eval::read_records;
 use tableseek::retrieve::fusion::{FusionRule, DEFAULT_RRF_K};
 
 const BM25_WEIGHTS: [f64; 9] = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 1e6];
@@ -41,30 +40,9 @@ fn rules() -> Vec<(String, FusionRule)> {
     rules
 }
 
-struct Case {
-    query: String,
-    patterns: Vec<String>,
-    gold: Vec<String>,
-}
-
-fn cases(run: &Path) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
-    for record in read_records(run).with_context(|| format!("reading {}", run.display()))? {
-        let Some(trajectory) = record.trajectory else {
-            bail!("{}: record {} has no trajectory", run.display(), record.qid)
-        };
-        let patterns = trajectory.calls.iter().find_map(|call| match &call.action {
-            Action::Patterns { patterns, .. } => Some(patterns.clone()),
-            _ => None,
-        });
-        cases.push(Case {
-            query: trajectory.query.clone(),
-            patterns: patterns.unwrap_or_default(),
-            gold: record.gold.tables.clone(),
-        });
-    }
-    Ok(cases)
-}
+#[path = "shared/first_calls.rs"]
+mod first_calls;
+use first_calls::cases;
 
 fn main() -> Result<()> {
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
@@ -91,13 +69,9 @@ fn main() -> Result<()> {
                     .take(3)
                     .map(|r| current.table_id(r.table))
                     .collect();
-                let hit = |n: usize| {
-                    head.iter()
-                        .take(n)
-                        .any(|id| case.gold.iter().any(|g| g == id))
-                };
-                at1 += usize::from(hit(1));
-                at3 += usize::from(hit(3));
+                let (one, three) = case.hits(&head);
+                at1 += one;
+                at3 += three;
             }
             let n = cases.len().max(1) as f64;
             table[row].push((at1 as f64 / n, at3 as f64 / n));

@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use tableseek::agent::{Action, Candidates, CorpusSpace, SearchSpace};
+use tableseek::agent::{Candidates, CorpusSpace, SearchSpace};
 use tableseek::corpus::{Corpus, LoadOptions};
-use tableseek::eval::read_records;
 use tableseek::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K};
 
 const WEIGHTS: [f64; 5] = [0.0, 0.5, 1.0, 2.0, 4.0];
@@ -41,14 +40,11 @@ fn rules() -> Vec<(String, Rule)> {
     rules
 }
 
-struct Case {
-    query: String,
-    patterns: Vec<String>,
-    gold: Vec<String>,
-    dense: Vec<(String, f64)>,
-}
+#[path = "shared/first_calls.rs"]
+mod first_calls;
+use first_calls::Case;
 
-fn dense_rankings(path: &Path) -> Result<BTreeMap<String, Vec<(String, f64)>>> {
+fn dense_rankings(path: &Path) -> Result<BTreeMap<String, DenseRanking>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -70,25 +66,19 @@ fn dense_rankings(path: &Path) -> Result<BTreeMap<String, Vec<(String, f64)>>> {
     Ok(out)
 }
 
-fn cases(run: &Path, dense: &Path) -> Result<Vec<Case>> {
+/// Each record's case with its dense ranking (table id, score), empty where the file has none.
+/// A dense ranking as `retrieve` writes it: table ids and cosines, best first.
+type DenseRanking = Vec<(String, f64)>;
+
+fn cases(run: &Path, dense: &Path) -> Result<Vec<(Case, DenseRanking)>> {
     let dense = dense_rankings(dense)?;
-    let mut cases = Vec::new();
-    for record in read_records(run).with_context(|| format!("reading {}", run.display()))? {
-        let Some(trajectory) = record.trajectory else {
-            bail!("{}: record {} has no trajectory", run.display(), record.qid)
-        };
-        let patterns = trajectory.calls.iter().find_map(|call| match &call.action {
-            Action::Patterns { patterns, .. } => Some(patterns.clone()),
-            _ => None,
-        });
-        cases.push(Case {
-            query: trajectory.query.clone(),
-            patterns: patterns.unwrap_or_default(),
-            gold: record.gold.tables.clone(),
-            dense: dense.get(&record.qid).cloned().unwrap_or_default(),
-        });
-    }
-    Ok(cases)
+    Ok(first_calls::cases(run)?
+        .into_iter()
+        .map(|case| {
+            let ranking = dense.get(&case.qid).cloned().unwrap_or_default();
+            (case, ranking)
+        })
+        .collect())
 }
 
 fn scaled(list: &[(usize, f64)]) -> Vec<(usize, f64)> {
@@ -148,7 +138,7 @@ fn main() -> Result<()> {
         let bm25 = CorpusSpace::new(&corpus).candidates(Candidates::Bm25)?;
         let sides: Vec<[Vec<(usize, f64)>; 3]> = cases
             .iter()
-            .map(|case| {
+            .map(|(case, dense)| {
                 let scored = |space: &CorpusSpace<'_>| -> Vec<(usize, f64)> {
                     space
                         .rank(&case.query, &case.patterns)
@@ -157,8 +147,7 @@ fn main() -> Result<()> {
                         .map(|r| (r.table, r.score))
                         .collect()
                 };
-                let dense = case
-                    .dense
+                let dense = dense
                     .iter()
                     .filter_map(|(id, s)| Some((corpus.index_of(id)?, *s)))
                     .collect();
@@ -167,19 +156,15 @@ fn main() -> Result<()> {
             .collect();
         for (row, (_, rule)) in rules.iter().enumerate() {
             let (mut at1, mut at3) = (0usize, 0usize);
-            for (case, sides) in cases.iter().zip(&sides) {
+            for ((case, _), sides) in cases.iter().zip(&sides) {
                 let head: Vec<&str> = fuse(*rule, sides)
                     .into_iter()
                     .take(3)
                     .map(|t| corpus.id(t))
                     .collect();
-                let hit = |n: usize| {
-                    head.iter()
-                        .take(n)
-                        .any(|id| case.gold.iter().any(|g| g == id))
-                };
-                at1 += usize::from(hit(1));
-                at3 += usize::from(hit(3));
+                let (one, three) = case.hits(&head);
+                at1 += one;
+                at3 += three;
             }
             let n = cases.len().max(1) as f64;
             table[row].push((at1 as f64 / n, at3 as f64 / n));
