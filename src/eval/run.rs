@@ -336,16 +336,11 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
             .map(|i| (space.table_id(i).to_string(), i))
             .collect();
         let tas_bm25 = method == Method::Tas && options.tas.uses(SearchTool::Bm25);
-        let bm25 = match method {
-            Method::Bm25 | Method::Hybrid => {
-                let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
-                Some(Bm25Builder::okapi().build(&texts)?)
-            }
-            Method::Tas if tas_bm25 => {
-                let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
-                Some(Bm25Builder::okapi().build(&texts)?)
-            }
-            _ => None,
+        let bm25 = if matches!(method, Method::Bm25 | Method::Hybrid) || tas_bm25 {
+            let texts: Vec<String> = (0..table_count).map(|i| space.full_text(i)).collect();
+            Some(Bm25Builder::okapi().build(&texts)?)
+        } else {
+            None
         };
         let agent_for = |task| {
             Agent::new(AgentConfig {

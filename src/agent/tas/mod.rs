@@ -499,21 +499,26 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> TasRun<'_, L, S> {
 
     /// The ranking of one search: grep through the space, text tools through their ranker.
     fn run_search(&mut self, tool: SearchTool, terms: &[String]) -> Result<Vec<usize>, AgentError> {
-        match self.tools.get(tool) {
-            None => Ok(self
+        if tool == SearchTool::Grep {
+            return Ok(self
                 .space
                 .rank(self.query, terms)
                 .into_iter()
                 .map(|r| r.table)
-                .collect()),
-            Some(ranker) => ranker
-                .search(&terms.join(" "), TEXT_SEARCH_DEPTH)
-                .map_err(|reason| {
-                    let error =
-                        AgentError::Retrieval(format!("TaS {} search: {reason}", tool.as_str()));
-                    self.trajectory.abort(&error)
-                }),
+                .collect());
         }
+        let failed = |reason: String| {
+            AgentError::Retrieval(format!("TaS {} search: {reason}", tool.as_str()))
+        };
+        // `run_with` checked every configured tool, so a missing ranker is a caller's bug, and
+        // still an error rather than a silent grep search.
+        let ranker = self
+            .tools
+            .get(tool)
+            .ok_or_else(|| failed("no ranker".into()))?;
+        ranker
+            .search(&terms.join(" "), TEXT_SEARCH_DEPTH)
+            .map_err(|reason| self.trajectory.abort(&failed(reason)))
     }
 
     /// Runs each search, takes its best `per_search` unseen tables, and appends them in their

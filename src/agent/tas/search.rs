@@ -71,7 +71,9 @@ impl std::str::FromStr for SearchTool {
 
 /// A ranker over free text.
 pub trait TextSearch {
-    /// Table indices for `text`, best first, at most `depth`; the error is the tool's message.
+    /// Table indices for `text`, best first, at most `depth`, only tables the text relates to (no
+    /// filler in corpus order: a row that matched nothing would still be verified); the error is
+    /// the tool's message.
     fn search(&self, text: &str, depth: usize) -> Result<Vec<usize>, String>;
 }
 
@@ -83,7 +85,7 @@ pub struct TextTools<'a> {
 }
 
 impl<'a> TextTools<'a> {
-    /// The ranker behind `tool`; `None` for grep (the space's own) and for a missing one.
+    /// The ranker behind `tool`; `None` for grep (the space's own ranking) and for a missing one.
     pub(super) fn get(&self, tool: SearchTool) -> Option<&'a dyn TextSearch> {
         match tool {
             SearchTool::Grep => None,

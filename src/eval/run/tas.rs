@@ -26,7 +26,15 @@ impl TextSearch for PipelineTool<'_, '_, '_> {
         for warning in &ranking.warnings {
             tracing::warn!(qid = %self.qid, "TaS search: {warning}");
         }
-        Ok(ranking.hits.into_iter().map(|hit| hit.doc).collect())
+        // BM25 pads a short ranking with score-0 tables in corpus order (`Bm25Index::search`);
+        // those match no query word, so they are no candidates (as in `CorpusSpace`'s BM25 pool).
+        let keep_zero = !matches!(self.ranker, Ranker::Bm25(_));
+        Ok(ranking
+            .hits
+            .into_iter()
+            .filter(|hit| keep_zero || hit.score > 0.0)
+            .map(|hit| hit.doc)
+            .collect())
     }
 }
 
