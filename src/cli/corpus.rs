@@ -77,30 +77,7 @@ fn stats(dir: &Path, json: bool) -> anyhow::Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "tables        {}", stats.tables)?;
-    for (format, n) in &stats.by_format {
-        writeln!(
-            out,
-            "  {:<11} {n}",
-            serde_json::to_value(format)?.as_str().unwrap_or("?")
-        )?;
-    }
-    writeln!(out, "rows          {}", stats.rows)?;
-    writeln!(out, "cells         {}", stats.cells)?;
-    writeln!(out, "files         {} ({} bytes)", stats.files, stats.bytes)?;
-    writeln!(out, "empty tables  {}", stats.empty_tables)?;
-    writeln!(out, "ignored files {}", stats.ignored_files)?;
-    writeln!(out, "skipped       {}", stats.skipped.len())?;
-    for skipped in &stats.skipped {
-        writeln!(out, "  {}: {}", skipped.path, skipped.reason)?;
-    }
-    writeln!(out, "transcoded    {}", stats.transcoded.len())?;
-    for file in &stats.transcoded {
-        writeln!(out, "  {}: from {}", file.path, file.encoding)?;
-    }
-    for warning in &stats.warnings {
-        writeln!(out, "warning: {warning}")?;
-    }
+    write!(out, "{stats}")?;
     Ok(())
 }
 

@@ -39,6 +39,33 @@ pub struct TranscodedFile {
     pub encoding: String,
 }
 
+/// The human-readable report of `tableseek corpus stats`, one fact per line.
+impl std::fmt::Display for CorpusStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "tables        {}", self.tables)?;
+        for (format, n) in &self.by_format {
+            writeln!(f, "  {:<11} {n}", format!("{format:?}").to_lowercase())?;
+        }
+        writeln!(f, "rows          {}", self.rows)?;
+        writeln!(f, "cells         {}", self.cells)?;
+        writeln!(f, "files         {} ({} bytes)", self.files, self.bytes)?;
+        writeln!(f, "empty tables  {}", self.empty_tables)?;
+        writeln!(f, "ignored files {}", self.ignored_files)?;
+        writeln!(f, "skipped       {}", self.skipped.len())?;
+        for skipped in &self.skipped {
+            writeln!(f, "  {}: {}", skipped.path, skipped.reason)?;
+        }
+        writeln!(f, "transcoded    {}", self.transcoded.len())?;
+        for file in &self.transcoded {
+            writeln!(f, "  {}: from {}", file.path, file.encoding)?;
+        }
+        for warning in &self.warnings {
+            writeln!(f, "warning: {warning}")?;
+        }
+        Ok(())
+    }
+}
+
 impl CorpusStats {
     pub fn of(corpus: &Corpus, report: &LoadReport) -> Self {
         let mut by_format = BTreeMap::new();

@@ -308,6 +308,19 @@ fn cli_grep_json_and_stats_json() {
         .as_str()
         .unwrap()
         .starts_with("line 2: unterminated"));
+
+    let out = tableseek()
+        .args(["corpus", "stats"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("tables        2\n  csv         2\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nskipped       1\n"), "{text}");
 }
 
 #[test]
