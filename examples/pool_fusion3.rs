@@ -10,11 +10,9 @@
 //! ```
 //! Run it on tuning queries only.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use tableseek::agent::{Candidates, CorpusSpace, SearchSpace};
 use tableseek::corpus::{Corpus, LoadOptions};
 use tableseek::retrieve::fusion::{reciprocal_rank_fusion, RankedList, DEFAULT_RRF_K};
 
@@ -43,32 +41,9 @@ fn rules() -> Vec<(String, Rule)> {
 #[path = "shared/first_calls.rs"]
 mod first_calls;
 use first_calls::Case;
-
-fn dense_rankings(path: &Path) -> Result<BTreeMap<String, DenseRanking>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let value: serde_json::Value = serde_json::from_str(line)?;
-        let qid = value["qid"].as_str().context("qid")?.to_string();
-        let ranking = value["ranking"]
-            .as_array()
-            .context("ranking")?
-            .iter()
-            .filter_map(|hit| {
-                Some((
-                    hit["table_id"].as_str()?.to_string(),
-                    hit["score"].as_f64()?,
-                ))
-            })
-            .collect();
-        out.insert(qid, ranking);
-    }
-    Ok(out)
-}
-
-/// Each record's case with its dense ranking (table id, score), empty where the file has none.
-/// A dense ranking as `retrieve` writes it: table ids and cosines, best first.
-type DenseRanking = Vec<(String, f64)>;
+#[path = "shared/three_way.rs"]
+mod three_way;
+use three_way::{blend, dense_rankings, DenseRanking, Spaces};
 
 fn cases(run: &Path, dense: &Path) -> Result<Vec<(Case, DenseRanking)>> {
     let dense = dense_rankings(dense)?;
@@ -79,13 +54,6 @@ fn cases(run: &Path, dense: &Path) -> Result<Vec<(Case, DenseRanking)>> {
             (case, ranking)
         })
         .collect())
-}
-
-fn scaled(list: &[(usize, f64)]) -> Vec<(usize, f64)> {
-    let max = list.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
-    let min = list.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
-    let span = (max - min).max(1e-12);
-    list.iter().map(|&(i, s)| (i, (s - min) / span)).collect()
 }
 
 fn fuse(rule: Rule, sides: &[Vec<(usize, f64)>; 3]) -> Vec<usize> {
@@ -106,19 +74,7 @@ fn fuse(rule: Rule, sides: &[Vec<(usize, f64)>; 3]) -> Vec<usize> {
                 .map(|f| f.item)
                 .collect()
         }
-        Rule::Blend(weights) => {
-            let mut score: BTreeMap<usize, f64> = BTreeMap::new();
-            for (side, weight) in sides.iter().zip(weights) {
-                if weight > 0.0 {
-                    for (item, s) in scaled(side) {
-                        *score.entry(item).or_default() += weight * s;
-                    }
-                }
-            }
-            let mut order: Vec<(usize, f64)> = score.into_iter().collect();
-            order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            order.into_iter().map(|x| x.0).collect()
-        }
+        Rule::Blend(weights) => blend(sides, weights).into_iter().map(|x| x.0).collect(),
     }
 }
 
@@ -134,25 +90,10 @@ fn main() -> Result<()> {
             .with_context(|| format!("loading {}", set[0].display()))?;
         let cases = cases(&set[1], &set[2])?;
         println!("set: {} ({})", set[1].display(), cases.len());
-        let grep = CorpusSpace::new(&corpus);
-        let bm25 = CorpusSpace::new(&corpus).candidates(Candidates::Bm25)?;
+        let spaces = Spaces::new(&corpus)?;
         let sides: Vec<[Vec<(usize, f64)>; 3]> = cases
             .iter()
-            .map(|(case, dense)| {
-                let scored = |space: &CorpusSpace<'_>| -> Vec<(usize, f64)> {
-                    space
-                        .rank(&case.query, &case.patterns)
-                        .into_iter()
-                        .take(100)
-                        .map(|r| (r.table, r.score))
-                        .collect()
-                };
-                let dense = dense
-                    .iter()
-                    .filter_map(|(id, s)| Some((corpus.index_of(id)?, *s)))
-                    .collect();
-                [scored(&grep), scored(&bm25), dense]
-            })
+            .map(|(case, dense)| spaces.sides(&case.query, &case.patterns, dense))
             .collect();
         for (row, (_, rule)) in rules.iter().enumerate() {
             let (mut at1, mut at3) = (0usize, 0usize);

@@ -8,6 +8,7 @@ use super::fit::{cap_text, PromptBudget};
 use super::SearchSpace;
 use super::{
     AgentError, Candidates, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, RankedTable, Role,
+    Scored,
 };
 use crate::corpus::Corpus;
 use crate::retrieve::bm25::{Bm25Builder, Bm25Index};
@@ -278,6 +279,19 @@ impl Llm for EngineLlm<'_> {
             .encode(text, false)
             .ok()
             .map(|ids| ids.len())
+    }
+
+    fn continuation_logprob(
+        &mut self,
+        prompt: &str,
+        continuation: &str,
+    ) -> Option<Result<Scored, AgentError>> {
+        Some(
+            self.model
+                .continuation_logprob(prompt, continuation)
+                .map(|(logprob, tokens)| Scored { logprob, tokens })
+                .map_err(|err| AgentError::Llm(err.to_string())),
+        )
     }
 }
 

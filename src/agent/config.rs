@@ -61,7 +61,17 @@ pub enum Strategy {
     Select { n: usize, m: usize },
     /// `rN`: show `n` candidates, the model reorders them (or regenerates); the top one goes on.
     Rerank { n: usize },
+    /// `lN`: the model scores each of the first `n` candidates by query likelihood, log p(query
+    /// | preview), and they are reordered by that blended with the ranking's own score
+    /// ([`LIKELIHOOD_WEIGHT`]); the top one goes on. No text is generated, so no regenerate.
+    Likelihood { n: usize },
 }
+
+/// Weight of the query likelihood against the ranking's score when [`Strategy::Likelihood`]
+/// reorders candidates (both min-max scaled over the candidates). Chosen on tuning queries
+/// disjoint from the reported ones (TabFact test-1k 201-298, TCR 101-160; `results/hybrid`,
+/// `examples/pool_likelihood.rs`).
+pub const LIKELIHOOD_WEIGHT: f64 = 1.0;
 
 impl Default for Strategy {
     fn default() -> Self {
@@ -85,7 +95,7 @@ impl Strategy {
     /// Candidates shown per refine round.
     pub fn candidates(self) -> usize {
         match self {
-            Strategy::Select { n, .. } | Strategy::Rerank { n } => n,
+            Strategy::Select { n, .. } | Strategy::Rerank { n } | Strategy::Likelihood { n } => n,
         }
     }
 
@@ -93,7 +103,7 @@ impl Strategy {
     pub fn max_select(self) -> usize {
         match self {
             Strategy::Select { m, .. } => m,
-            Strategy::Rerank { .. } => 1,
+            Strategy::Rerank { .. } | Strategy::Likelihood { .. } => 1,
         }
     }
 
@@ -107,6 +117,7 @@ impl fmt::Display for Strategy {
         match self {
             Strategy::Select { n, m } => write!(f, "{n}s{m}"),
             Strategy::Rerank { n } => write!(f, "r{n}"),
+            Strategy::Likelihood { n } => write!(f, "l{n}"),
         }
     }
 }
@@ -115,15 +126,21 @@ impl FromStr for Strategy {
     type Err = AgentError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || AgentError::BadName {
+        let bad = || {
+            AgentError::BadName {
             what: "refine strategy",
             input: s.to_string(),
             expected:
-                "nSm with 1 <= m <= n (5s1, 5s3, 10s1, 10s3, 10s5) or rN with N >= 1 (r3, r5, r10)",
+                "nSm with 1 <= m <= n (5s1, 5s3, 10s1, 10s3, 10s5), rN or lN with N >= 1 (r3, r5, l5)",
+        }
         };
         let lower = s.trim().to_ascii_lowercase();
         let strategy = if let Some(n) = lower.strip_prefix('r') {
             Strategy::Rerank {
+                n: n.parse().map_err(|_| bad())?,
+            }
+        } else if let Some(n) = lower.strip_prefix('l') {
+            Strategy::Likelihood {
                 n: n.parse().map_err(|_| bad())?,
             }
         } else {
@@ -135,7 +152,7 @@ impl FromStr for Strategy {
         };
         match strategy {
             Strategy::Select { n, m } if m == 0 || m > n => Err(bad()),
-            Strategy::Rerank { n: 0 } => Err(bad()),
+            Strategy::Rerank { n: 0 } | Strategy::Likelihood { n: 0 } => Err(bad()),
             ok => Ok(ok),
         }
     }
@@ -371,6 +388,7 @@ impl AgentConfig {
                 return bad("strategy nSm needs 1 <= m <= n");
             }
             Strategy::Rerank { n: 0 } => return bad("strategy rN needs N >= 1"),
+            Strategy::Likelihood { n: 0 } => return bad("strategy lN needs N >= 1"),
             _ => {}
         }
         let a = &self.ablations;

@@ -53,7 +53,7 @@ pub use crate::engine::Grammar;
 pub use adapters::{CorpusSpace, EngineLlm, DEFAULT_MAX_TABLE_CHARS, HYBRID_FUSION};
 pub use config::{
     Ablations, AgentConfig, AgentConfigBuilder, Candidates, Evidence, History, OnOff, QaMode,
-    SqlAnswer, Strategy, TaskType,
+    SqlAnswer, Strategy, TaskType, LIKELIHOOD_WEIGHT,
 };
 pub use fit::{fit_tables, PromptBudget};
 pub use parse::{QaOutcome, QaVariant, Verdict};
@@ -199,6 +199,25 @@ pub trait Llm {
     fn count_tokens(&mut self, _text: &str) -> Option<usize> {
         None
     }
+
+    /// log p(`continuation` | `prompt`) summed over the continuation's tokens, with `prompt`
+    /// read as raw model text (its special tokens as such); `None` when the backend cannot
+    /// score text (the [`Strategy::Likelihood`] refine needs it).
+    fn continuation_logprob(
+        &mut self,
+        _prompt: &str,
+        _continuation: &str,
+    ) -> Option<Result<Scored, AgentError>> {
+        None
+    }
+}
+
+/// A continuation's score ([`Llm::continuation_logprob`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scored {
+    pub logprob: f64,
+    /// Tokens run: prompt and continuation.
+    pub tokens: usize,
 }
 
 impl<L: Llm + ?Sized> Llm for &mut L {
@@ -213,6 +232,14 @@ impl<L: Llm + ?Sized> Llm for &mut L {
     fn count_tokens(&mut self, text: &str) -> Option<usize> {
         (**self).count_tokens(text)
     }
+
+    fn continuation_logprob(
+        &mut self,
+        prompt: &str,
+        continuation: &str,
+    ) -> Option<Result<Scored, AgentError>> {
+        (**self).continuation_logprob(prompt, continuation)
+    }
 }
 
 impl<L: Llm + ?Sized> Llm for Box<L> {
@@ -226,6 +253,14 @@ impl<L: Llm + ?Sized> Llm for Box<L> {
 
     fn count_tokens(&mut self, text: &str) -> Option<usize> {
         (**self).count_tokens(text)
+    }
+
+    fn continuation_logprob(
+        &mut self,
+        prompt: &str,
+        continuation: &str,
+    ) -> Option<Result<Scored, AgentError>> {
+        (**self).continuation_logprob(prompt, continuation)
     }
 }
 

@@ -109,7 +109,9 @@ the start of the table (header kept) and rows that match the patterns. Decide:\n
 {subject}, listing every shown id; the first one will be used: \
 {{\"action\": \"rerank\", \"order\": [\"T0\", \"T2\", \"T1\"]}}"
             ),
-            Strategy::Select { m: 1, .. } => writeln!(
+            // lN generates no refine text; its system message is 5s1's, so the pattern step
+            // reads the same instructions and writes the same patterns as under the default.
+            Strategy::Select { m: 1, .. } | Strategy::Likelihood { .. } => writeln!(
                 text,
                 "- if a candidate holds the evidence for the {subject}, select it: \
 {{\"action\": \"select\", \"tables\": [\"T0\"]}}"
@@ -125,7 +127,7 @@ at most {m}: {{\"action\": \"select\", \"tables\": [\"T0\", \"T2\"]}}"
         let lead = match (options.allow_select, options.strategy) {
             (false, _) => "-",
             (true, Strategy::Rerank { .. }) => "- or, if no candidate fits,",
-            (true, Strategy::Select { .. }) => "- otherwise",
+            (true, Strategy::Select { .. } | Strategy::Likelihood { .. }) => "- otherwise",
         };
         let _ = writeln!(
             text,
@@ -298,6 +300,28 @@ decision, as one JSON object in the same format:",
     pub fn qa(&self, query: &str, tables: &[ShownTable]) -> Vec<ChatMessage> {
         self.messages(qa_user(self.task, query, tables))
     }
+}
+
+/// The text before the query when [`Strategy::Likelihood`] scores a candidate: a user turn with
+/// the preview, and the start of a reply that the query continues. Written in ChatML, the chat
+/// format of every model this tool ships with (Qwen2.5, Qwen3, SmolLM2); no system message, so
+/// no template's default one (Qwen2.5 adds its own) sits between the model and the table.
+pub fn likelihood_prompt(task: TaskType, preview: &str) -> String {
+    let lead = match task {
+        TaskType::Tableqa => "A question this table answers:",
+        TaskType::FactVerification => "A statement this table verifies:",
+    };
+    // The prompt is read with its special tokens as such: `<|` in table text is broken up so a
+    // cell cannot close the turn.
+    format!(
+        "<|im_start|>user\nHere is a table.\n\n{}\n<|im_end|>\n<|im_start|>assistant\n{lead}",
+        preview.trim_end().replace("<|", "< |")
+    )
+}
+
+/// The scored continuation of [`likelihood_prompt`]: the query after one space.
+pub fn likelihood_continuation(query: &str) -> String {
+    format!(" {}", query.trim())
 }
 
 /// The system message of the baseline QA prompt.

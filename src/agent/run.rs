@@ -36,7 +36,7 @@ use super::trajectory::{
 };
 use super::{
     AgentConfig, AgentError, CallKind, ChatMessage, Grammar, History, Llm, LlmRequest, LlmResponse,
-    QaMode, RankedTable, SearchSpace, SqlAnswer, Strategy, TaskType,
+    QaMode, RankedTable, SearchSpace, SqlAnswer, Strategy, TaskType, LIKELIHOOD_WEIGHT,
 };
 
 /// Runs the TableSeek loop with one configuration over any number of queries.
@@ -287,11 +287,15 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
         let cap = match strategy {
             Strategy::Select { m, .. } => m,
             Strategy::Rerank { n } => n,
+            Strategy::Likelihood { .. } => 1,
         };
         let mut conversation: Vec<ChatMessage> = Vec::new();
         loop {
             if self.steps() + 1 >= self.config.max_steps {
                 return Ok(RefineEnd::BudgetSpent);
+            }
+            if let Strategy::Likelihood { n } = strategy {
+                return self.refine_by_likelihood(n);
             }
             let shown: Vec<RankedTable> = self
                 .ranking
@@ -421,6 +425,67 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
                 }
             }
         }
+    }
+
+    /// [`Strategy::Likelihood`]: the first `n` candidates reordered by the model's query
+    /// likelihood blended with their ranking score, as one step; the top one goes to QA and
+    /// fallback walks the new order. The round record keeps the order the ranking gave, as for
+    /// a rerank.
+    fn refine_by_likelihood(&mut self, n: usize) -> Result<RefineEnd, AgentError> {
+        let shown: Vec<RankedTable> = self.ranking.iter().take(n).copied().collect();
+        if shown.is_empty() {
+            return Ok(RefineEnd::NothingChosen);
+        }
+        let started = Instant::now();
+        let continuation = prompts::likelihood_continuation(self.query);
+        let (mut logprobs, mut tokens) = (Vec::with_capacity(shown.len()), 0);
+        for ranked in &shown {
+            let preview = self.space.preview(
+                ranked.table,
+                &self.patterns,
+                self.config.evidence,
+                self.config.ablations.match_only,
+            );
+            let prompt = prompts::likelihood_prompt(self.config.task, &preview);
+            match self.llm.continuation_logprob(&prompt, &continuation) {
+                Some(Ok(scored)) => {
+                    logprobs.push(scored.logprob);
+                    tokens += scored.tokens;
+                }
+                Some(Err(error)) => return Err(self.trajectory.abort(&error)),
+                None => {
+                    return Err(AgentError::InvalidConfig(
+                        "refine strategy lN needs an LLM backend that scores text".into(),
+                    ))
+                }
+            }
+        }
+        let pool: Vec<f64> = shown.iter().map(|r| r.score).collect();
+        let blended = blend_scaled(&pool, &logprobs, LIKELIHOOD_WEIGHT);
+        let mut positions: Vec<usize> = (0..shown.len()).collect();
+        positions.sort_by(|&a, &b| blended[b].total_cmp(&blended[a]).then(a.cmp(&b)));
+        let action = Action::Rerank {
+            shown_ids: positions.iter().map(|&p| shown_id(p)).collect(),
+            table_ids: positions
+                .iter()
+                .map(|&p| self.space.table_id(shown[p].table).to_string())
+                .collect(),
+        };
+        let top = shown[positions[0]].table;
+        self.apply_rerank(&positions);
+        // The step's output is its scores: what a reader of the trajectory needs to see why
+        // this order.
+        let text =
+            serde_json::json!({ "log_likelihood": logprobs, "blended": blended }).to_string();
+        let response = LlmResponse {
+            text,
+            prompt_tokens: tokens,
+            cached_tokens: 0,
+            ms: started.elapsed().as_secs_f64() * 1e3,
+            constrained: false,
+        };
+        self.record(StepKind::RefineScore, response, true, action);
+        Ok(RefineEnd::Chosen(vec![top]))
     }
 
     /// The model's order replaces the shown head of the ranking (unlisted shown candidates follow
@@ -606,6 +671,22 @@ pub fn baseline_qa<L: Llm + ?Sized>(
     let response = llm.chat(&request)?;
     let outcome = parse::parse_qa(&response.text, task, QaVariant::Baseline);
     Ok((outcome, response))
+}
+
+/// `a` and `b` each min-max scaled over their own values (all equal: all 0), then
+/// `a + weight · b`.
+fn blend_scaled(a: &[f64], b: &[f64], weight: f64) -> Vec<f64> {
+    let scaled = |values: &[f64]| -> Vec<f64> {
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let span = (max - min).max(1e-12);
+        values.iter().map(|v| (v - min) / span).collect()
+    };
+    scaled(a)
+        .into_iter()
+        .zip(scaled(b))
+        .map(|(x, y)| x + weight * y)
+        .collect()
 }
 
 fn shown_id(position: usize) -> String {

@@ -107,6 +107,10 @@ pub fn refine(
     if allow_select && !shown_ids.is_empty() {
         choices.push(match strategy {
             Strategy::Select { m, .. } => action("select", Some(("tables", id_list(shown_ids, m)))),
+            // lN makes no refine call; a caller asking anyway gets 5s1's action.
+            Strategy::Likelihood { .. } => {
+                action("select", Some(("tables", id_list(shown_ids, 1))))
+            }
             Strategy::Rerank { .. } => action(
                 "rerank",
                 Some(("order", id_list(shown_ids, shown_ids.len()))),

@@ -11,7 +11,7 @@ use regex::{Regex, RegexBuilder};
 
 use super::{
     AgentError, ChatMessage, Evidence, Llm, LlmRequest, LlmResponse, PromptBudget, RankedTable,
-    SearchSpace,
+    Scored, SearchSpace,
 };
 
 /// Returns queued outputs in order and keeps every request it saw.
@@ -22,6 +22,8 @@ pub struct ScriptedLlm {
     ms_per_call: f64,
     previous_tokens: Vec<String>,
     context_window: Option<usize>,
+    scorer: Option<fn(&str, &str) -> f64>,
+    scored: Vec<(String, String)>,
 }
 
 impl ScriptedLlm {
@@ -47,6 +49,18 @@ impl ScriptedLlm {
     pub fn with_context_window(mut self, tokens: usize) -> Self {
         self.context_window = Some(tokens);
         self
+    }
+
+    /// Scores continuations with `scorer(prompt, continuation)` ([`Llm::continuation_logprob`]);
+    /// without one the backend cannot score.
+    pub fn with_scorer(mut self, scorer: fn(&str, &str) -> f64) -> Self {
+        self.scorer = Some(scorer);
+        self
+    }
+
+    /// Every (prompt, continuation) scored so far, in order.
+    pub fn scored(&self) -> &[(String, String)] {
+        &self.scored
     }
 
     /// Every request so far, in order.
@@ -110,6 +124,21 @@ impl Llm for ScriptedLlm {
             // Scripted outputs are fixed text: no grammar shaped them.
             constrained: false,
         })
+    }
+
+    fn continuation_logprob(
+        &mut self,
+        prompt: &str,
+        continuation: &str,
+    ) -> Option<Result<Scored, AgentError>> {
+        let scorer = self.scorer?;
+        self.scored
+            .push((prompt.to_string(), continuation.to_string()));
+        let tokens = prompt.split_whitespace().count() + continuation.split_whitespace().count();
+        Some(Ok(Scored {
+            logprob: scorer(prompt, continuation),
+            tokens,
+        }))
     }
 
     fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {

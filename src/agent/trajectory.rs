@@ -17,6 +17,9 @@ pub enum StepKind {
     RefineSelect,
     RefineRegenerate,
     RefineRerank,
+    /// Refine by query likelihood ([`Strategy::Likelihood`](super::Strategy)): the candidates
+    /// scored, no text generated.
+    RefineScore,
     RefineNone,
     Qa,
     QaFallback,
@@ -39,11 +42,12 @@ pub enum StepKind {
 
 impl StepKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [StepKind; 14] = [
+    pub const ALL: [StepKind; 15] = [
         StepKind::PatternGen,
         StepKind::RefineSelect,
         StepKind::RefineRegenerate,
         StepKind::RefineRerank,
+        StepKind::RefineScore,
         StepKind::RefineNone,
         StepKind::Qa,
         StepKind::QaFallback,
@@ -63,6 +67,7 @@ impl StepKind {
             StepKind::RefineSelect => "refine-select",
             StepKind::RefineRegenerate => "refine-regenerate",
             StepKind::RefineRerank => "refine-rerank",
+            StepKind::RefineScore => "refine-score",
             StepKind::RefineNone => "refine-none",
             StepKind::Qa => "qa",
             StepKind::QaFallback => "qa-fallback",

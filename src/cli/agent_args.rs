@@ -13,7 +13,8 @@ pub struct AgentArgs {
     /// Budget of LLM calls per query (pattern generation, refine rounds, QA and fallback QA).
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// nSm: show n candidates, select up to m (5s1, 5s3, 10s1, 10s3, 10s5); rN: rerank N (r3, r5, r10).
+    /// nSm: show n candidates, select up to m (5s1, 5s3, 10s1, 10s3, 10s5); rN: rerank N (r3, r5, r10);
+    /// lN: the model scores N candidates by query likelihood, blended with the ranking (l5).
     #[arg(long, default_value = "5s1")]
     pub strategy: Strategy,
     /// How much of each candidate refine sees: small, medium, big, full.

@@ -186,6 +186,32 @@ impl Model {
         Ok(self.run(tokens, cache, Want::Last)?.to_dtype(DType::F32)?)
     }
 
+    /// `sum log p(continuation[i] | context, continuation[..i])` and the tokens it ran: the
+    /// model's query likelihood of `continuation` after `context`, in a fresh cache. Only the
+    /// continuation's positions go through the output head.
+    pub fn continuation_logprob(&self, context: &[u32], continuation: &[u32]) -> Result<f64> {
+        if context.is_empty() || continuation.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let tokens: Vec<u32> = context
+            .iter()
+            .chain(&continuation[..continuation.len() - 1])
+            .copied()
+            .collect();
+        let hidden = self.run(&tokens, &mut self.new_cache(), Want::All)?;
+        // Position i predicts token i + 1: the last context position predicts the first
+        // continuation token.
+        let hidden = hidden.narrow(0, context.len() - 1, continuation.len())?;
+        let logits = self.lm_head.forward(&hidden)?.to_dtype(DType::F32)?;
+        let log_probs: Vec<Vec<f32>> =
+            candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?.to_vec2()?;
+        Ok(log_probs
+            .iter()
+            .zip(continuation)
+            .map(|(row, &token)| f64::from(row[token as usize]))
+            .sum())
+    }
+
     /// Rows `ids` of the output head, f32 `[ids.len(), hidden]` on the last device:
     /// `hidden · rows^T` gives those logits only (e.g. a reranker's "no"/"yes").
     pub fn head_rows(&self, ids: &[u32]) -> Result<Tensor> {

@@ -295,6 +295,18 @@ impl ChatModel {
         Ok(ids)
     }
 
+    /// log p(`continuation` | `prompt`) summed over the continuation's tokens, and the tokens
+    /// run. `prompt` is raw model text (special tokens such as `<|im_start|>` map to their
+    /// ids, as in [`ChatModel::encode_prompt`]); the continuation is plain text, tokenized on
+    /// its own, so its tokens are the same after any prompt. Runs on the model's weights in
+    /// this thread, also for an engine handle.
+    pub fn continuation_logprob(&self, prompt: &str, continuation: &str) -> Result<(f64, usize)> {
+        let context = self.encode_prompt(prompt)?;
+        let continuation = self.text.tokenizer.encode(continuation, false)?;
+        let logprob = self.model().continuation_logprob(&context, &continuation)?;
+        Ok((logprob, context.len() + continuation.len()))
+    }
+
     /// Greedy reply to `messages`.
     pub fn chat(&mut self, messages: &[ChatMessage], opts: &ChatOptions) -> Result<ChatOutput> {
         self.chat_masked(messages, opts, None)

@@ -521,6 +521,7 @@ impl<'a, S: SearchSpace + ?Sized> Evaluator<'a, S> {
                 StepKind::RefineSelect
                 | StepKind::RefineRegenerate
                 | StepKind::RefineRerank
+                | StepKind::RefineScore
                 | StepKind::RefineNone => &mut cost.ms.refine,
             };
             *stage += call.ms;

@@ -1,6 +1,7 @@
 //! Every refine strategy, evidence size and ablation switch, and the configuration surface.
 
 use crate::agent_support::*;
+use tableseek::agent::testing::ScriptedLlm;
 use tableseek::agent::{
     Ablations, Action, Agent, AgentConfig, AgentError, Evidence, History, NoneReason, StepKind,
     Strategy, TaskType,
@@ -233,7 +234,14 @@ fn strategy_and_evidence_names_round_trip() {
         assert_eq!(strategy.to_string(), *name);
     }
     assert_eq!(" 5S1 ".parse::<Strategy>().unwrap(), Strategy::default());
-    for bad in ["", "5", "s1", "5s0", "5s6", "r0", "r", "rx", "5x1", "-5s1"] {
+    assert_eq!(
+        "l5".parse::<Strategy>().unwrap(),
+        Strategy::Likelihood { n: 5 }
+    );
+    assert_eq!(Strategy::Likelihood { n: 3 }.to_string(), "l3");
+    for bad in [
+        "", "5", "s1", "5s0", "5s6", "r0", "r", "rx", "5x1", "-5s1", "l0", "l",
+    ] {
         assert!(
             matches!(bad.parse::<Strategy>(), Err(AgentError::BadName { .. })),
             "{bad:?} should be rejected"
@@ -374,4 +382,78 @@ fn fallback_after_a_rerank_follows_the_models_order() {
     assert_eq!(t.answer, "2148000");
     // The round keeps what was shown, in grep order.
     assert_eq!(t.rounds[0].candidates[0].table_id, IDS[0]);
+}
+
+/// Scores the river table's preview highest and the 2010 table's next; every other -50.
+fn river_then_2010(prompt: &str, _continuation: &str) -> f64 {
+    if prompt.contains("Seine") {
+        0.0
+    } else if prompt.contains("2240000") {
+        -10.0
+    } else {
+        -50.0
+    }
+}
+
+#[test]
+fn likelihood_refine_reorders_the_shown_head_by_score_blended_with_the_ranking() {
+    let config = AgentConfig::builder()
+        .strategy(Strategy::Likelihood { n: 6 })
+        .max_steps(10)
+        .build()
+        .unwrap();
+    let space = corpus();
+    let outputs = [
+        PATTERNS_FR,
+        "Answer: INSUFFICIENT",
+        "Answer: INSUFFICIENT",
+        "Answer: INSUFFICIENT",
+        "Answer: 777",
+    ];
+    let mut llm = ScriptedLlm::new(outputs).with_scorer(river_then_2010);
+    let t = Agent::new(config)
+        .unwrap()
+        .run(&mut llm, &space, QUERY)
+        .unwrap();
+    // Ranking 0, 1, 5 (share 1), 2, 3, 4 (share 0.5), scaled to 1,1,1,0,0,0; likelihoods
+    // scaled to 0, 0.8, 0, 0, 0, 1. Blended: 1, 1.8, 1, 0, 0, 1: T1 first, then the ties of
+    // 1 in ranking order (T0, T2 = table 5, T5 = table 4).
+    assert_eq!(t.calls[1].kind, StepKind::RefineScore);
+    match &t.calls[1].action {
+        Action::Rerank { shown_ids, .. } => {
+            assert_eq!(shown_ids, &["T1", "T0", "T2", "T5", "T3", "T4"])
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let seen: Vec<&str> = t.tables_seen.iter().map(|s| s.table_id.as_str()).collect();
+    assert_eq!(seen, [IDS[1], IDS[0], IDS[5], IDS[4]]);
+    assert_eq!(t.answer, "777");
+    // One scoring step, no chat request for it; every shown preview scored against the query.
+    assert_eq!(llm.requests().len(), t.calls.len() - 1);
+    assert_eq!(llm.scored().len(), 6);
+    for (prompt, continuation) in llm.scored() {
+        assert!(prompt.starts_with("<|im_start|>user\nHere is a table.\n\n"));
+        assert!(prompt.ends_with("A question this table answers:"));
+        assert_eq!(continuation, &format!(" {QUERY}"));
+        for id in IDS {
+            assert!(!prompt.contains(id.rsplit('/').next().unwrap()));
+        }
+    }
+    assert!(t.calls[1].output.contains("\"log_likelihood\""));
+    // The round keeps the ranking's order.
+    assert_eq!(t.rounds[0].candidates[0].table_id, IDS[0]);
+}
+
+#[test]
+fn likelihood_refine_needs_a_backend_that_scores() {
+    let config = AgentConfig::builder()
+        .strategy(Strategy::Likelihood { n: 5 })
+        .build()
+        .unwrap();
+    let mut llm = ScriptedLlm::new([PATTERNS_FR]);
+    let error = Agent::new(config)
+        .unwrap()
+        .run(&mut llm, &corpus(), QUERY)
+        .unwrap_err();
+    assert!(error.to_string().contains("scores text"), "{error}");
 }

@@ -175,6 +175,7 @@ fn random_walks_stay_viable_and_parse_into_the_action() {
         let cap = match strategy {
             Strategy::Select { m, .. } => m,
             Strategy::Rerank { n } => n,
+            Strategy::Likelihood { .. } => 1,
         };
         for _ in 0..8 {
             let text = walk(

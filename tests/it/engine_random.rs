@@ -211,3 +211,38 @@ fn model_spec_parsing() {
         ModelSpec::Path("models/x.gguf".into())
     );
 }
+
+#[test]
+fn continuation_logprob_is_the_sum_of_the_continuations_log_softmax() {
+    let model = Model::random(&tiny_config(), 13, &DeviceMap::cpu(), None).unwrap();
+    let context: Vec<u32> = (10..30).collect();
+    let continuation = [7u32, 250, 3, 3];
+    let all: Vec<u32> = context.iter().chain(&continuation).copied().collect();
+    // Reference: every position's logits, log-softmax by hand in f64.
+    let logits: Vec<Vec<f32>> = model
+        .forward_all(&all, &mut model.new_cache())
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    let expected: f64 = continuation
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| {
+            let row = &logits[context.len() - 1 + i];
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+            row[token as usize] as f64 - max - sum.ln()
+        })
+        .sum();
+    let got = model.continuation_logprob(&context, &continuation).unwrap();
+    assert!((got - expected).abs() < 1e-3, "{got} vs {expected}");
+    assert!(got < 0.0);
+    // Another context changes the score; an empty side is an error.
+    let other: Vec<u32> = (40..60).collect();
+    assert_ne!(
+        model.continuation_logprob(&other, &continuation).unwrap(),
+        got
+    );
+    assert!(model.continuation_logprob(&[], &continuation).is_err());
+    assert!(model.continuation_logprob(&context, &[]).is_err());
+}
