@@ -220,49 +220,39 @@ pub struct Scored {
     pub tokens: usize,
 }
 
-impl<L: Llm + ?Sized> Llm for &mut L {
-    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
-        (**self).chat(request)
-    }
+/// `&mut L` and `Box<L>` are backends too: every method forwards.
+macro_rules! forward_llm {
+    ($backend:ty) => {
+        impl<L: Llm + ?Sized> Llm for $backend {
+            fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
+                (**self).chat(request)
+            }
 
-    fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {
-        (**self).measure(messages, max_new_tokens)
-    }
+            fn measure(
+                &mut self,
+                messages: &[ChatMessage],
+                max_new_tokens: usize,
+            ) -> Option<PromptBudget> {
+                (**self).measure(messages, max_new_tokens)
+            }
 
-    fn count_tokens(&mut self, text: &str) -> Option<usize> {
-        (**self).count_tokens(text)
-    }
+            fn count_tokens(&mut self, text: &str) -> Option<usize> {
+                (**self).count_tokens(text)
+            }
 
-    fn continuation_logprob(
-        &mut self,
-        prompt: &str,
-        continuation: &str,
-    ) -> Option<Result<Scored, AgentError>> {
-        (**self).continuation_logprob(prompt, continuation)
-    }
+            fn continuation_logprob(
+                &mut self,
+                prompt: &str,
+                continuation: &str,
+            ) -> Option<Result<Scored, AgentError>> {
+                (**self).continuation_logprob(prompt, continuation)
+            }
+        }
+    };
 }
 
-impl<L: Llm + ?Sized> Llm for Box<L> {
-    fn chat(&mut self, request: &LlmRequest) -> Result<LlmResponse, AgentError> {
-        (**self).chat(request)
-    }
-
-    fn measure(&mut self, messages: &[ChatMessage], max_new_tokens: usize) -> Option<PromptBudget> {
-        (**self).measure(messages, max_new_tokens)
-    }
-
-    fn count_tokens(&mut self, text: &str) -> Option<usize> {
-        (**self).count_tokens(text)
-    }
-
-    fn continuation_logprob(
-        &mut self,
-        prompt: &str,
-        continuation: &str,
-    ) -> Option<Result<Scored, AgentError>> {
-        (**self).continuation_logprob(prompt, continuation)
-    }
-}
+forward_llm!(&mut L);
+forward_llm!(Box<L>);
 
 /// One entry of a ranking: a table index of the search space and its pattern score.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
