@@ -30,6 +30,7 @@ use tableseek::engine::{
 };
 use tableseek::eval::read_records;
 use tableseek::eval::stats::{paired_bootstrap, wilcoxon_signed_rank, BootstrapOptions};
+use tableseek::retrieve::fusion::min_max_blend;
 use tableseek::retrieve::rerank::{RerankOptions, Reranker};
 
 #[path = "shared/first_calls.rs"]
@@ -264,12 +265,9 @@ fn first_ranked(path: &std::path::Path) -> Result<std::collections::BTreeMap<Str
 }
 
 fn blend_scores(rows: &[Scored], weight: f64) -> Vec<f64> {
-    let pool = scaled(&rows.iter().map(|r| r.pool).collect::<Vec<_>>());
-    let model = scaled(&rows.iter().map(|r| r.likelihood).collect::<Vec<_>>());
-    pool.iter()
-        .zip(model)
-        .map(|(p, m)| p + weight * m)
-        .collect()
+    let pool: Vec<f64> = rows.iter().map(|r| r.pool).collect();
+    let model: Vec<f64> = rows.iter().map(|r| r.likelihood).collect();
+    min_max_blend(&pool, &model, weight)
 }
 
 /// The summary of an earlier output file, without running the model again.
@@ -328,14 +326,6 @@ struct Scored {
     p_yes: Option<f64>,
 }
 
-/// Min-max scaled over one query's candidates (all equal: all 0).
-fn scaled(values: &[f64]) -> Vec<f64> {
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let span = (max - min).max(1e-12);
-    values.iter().map(|v| (v - min) / span).collect()
-}
-
 /// R@1 and R@3 of the pool's own order and of reorderings by the model's scores: alone, and
 /// blended with the pool score (both min-max scaled per query, the model's weighted `w`).
 fn summarize(scored: &[(&first_calls::Case, Vec<Scored>)]) {
@@ -371,19 +361,14 @@ fn summarize(scored: &[(&first_calls::Case, Vec<Scored>)]) {
         {
             continue;
         }
-        let model = |rows: &[Scored]| -> Vec<f64> {
-            scaled(&rows.iter().filter_map(get).collect::<Vec<_>>())
-        };
-        print(&format!("{name} alone"), rate(&|rows| model(rows)));
+        let model = |rows: &[Scored]| -> Vec<f64> { rows.iter().filter_map(get).collect() };
+        print(&format!("{name} alone"), rate(&model));
         for w in [0.25, 0.5, 1.0, 2.0, 4.0] {
             print(
                 &format!("pool + {w} {name}"),
                 rate(&|rows| {
-                    let pool = scaled(&rows.iter().map(|r| r.pool).collect::<Vec<_>>());
-                    pool.iter()
-                        .zip(model(rows))
-                        .map(|(p, m)| p + w * m)
-                        .collect()
+                    let pool: Vec<f64> = rows.iter().map(|r| r.pool).collect();
+                    min_max_blend(&pool, &model(rows), w)
                 }),
             );
         }

@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use tableseek::agent::{Candidates, CorpusSpace, SearchSpace};
 use tableseek::corpus::Corpus;
+use tableseek::retrieve::fusion::min_max_scaled;
 
 /// A dense ranking as `retrieve` writes it: table ids and cosines, best first.
 pub type DenseRanking = Vec<(String, f64)>;
@@ -73,20 +74,14 @@ impl<'c> Spaces<'c> {
     }
 }
 
-fn scaled(list: &[(usize, f64)]) -> Vec<(usize, f64)> {
-    let max = list.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
-    let min = list.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
-    let span = (max - min).max(1e-12);
-    list.iter().map(|&(i, s)| (i, (s - min) / span)).collect()
-}
-
 /// Each side's scores min-max scaled over its own list, weighted and summed; best first, ties
 /// by table index.
 pub fn blend(sides: &[Vec<(usize, f64)>; 3], weights: [f64; 3]) -> Vec<(usize, f64)> {
     let mut score: BTreeMap<usize, f64> = BTreeMap::new();
     for (side, weight) in sides.iter().zip(weights) {
         if weight > 0.0 {
-            for (item, s) in scaled(side) {
+            let scores: Vec<f64> = side.iter().map(|x| x.1).collect();
+            for (&(item, _), s) in side.iter().zip(min_max_scaled(&scores)) {
                 *score.entry(item).or_default() += weight * s;
             }
         }

@@ -126,13 +126,10 @@ impl FromStr for Strategy {
     type Err = AgentError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || {
-            AgentError::BadName {
+        let bad = || AgentError::BadName {
             what: "refine strategy",
             input: s.to_string(),
-            expected:
-                "nSm with 1 <= m <= n (5s1, 5s3, 10s1, 10s3, 10s5), rN or lN with N >= 1 (r3, r5, l5)",
-        }
+            expected: "nSm with 1 <= m <= n (5s1, 5s3, 10s1, 10s5), rN or lN with N >= 1 (r5, l5)",
         };
         let lower = s.trim().to_ascii_lowercase();
         let strategy = if let Some(n) = lower.strip_prefix('r') {

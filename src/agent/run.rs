@@ -24,6 +24,8 @@
 
 use std::time::Instant;
 
+use crate::retrieve::fusion::min_max_blend;
+
 use tracing::{debug, warn};
 
 use super::fit::fit_tables;
@@ -461,7 +463,7 @@ impl<L: Llm + ?Sized, S: SearchSpace + ?Sized> QueryRun<'_, L, S> {
             }
         }
         let pool: Vec<f64> = shown.iter().map(|r| r.score).collect();
-        let blended = blend_scaled(&pool, &logprobs, LIKELIHOOD_WEIGHT);
+        let blended = min_max_blend(&pool, &logprobs, LIKELIHOOD_WEIGHT);
         let mut positions: Vec<usize> = (0..shown.len()).collect();
         positions.sort_by(|&a, &b| blended[b].total_cmp(&blended[a]).then(a.cmp(&b)));
         let action = Action::Rerank {
@@ -671,22 +673,6 @@ pub fn baseline_qa<L: Llm + ?Sized>(
     let response = llm.chat(&request)?;
     let outcome = parse::parse_qa(&response.text, task, QaVariant::Baseline);
     Ok((outcome, response))
-}
-
-/// `a` and `b` each min-max scaled over their own values (all equal: all 0), then
-/// `a + weight · b`.
-fn blend_scaled(a: &[f64], b: &[f64], weight: f64) -> Vec<f64> {
-    let scaled = |values: &[f64]| -> Vec<f64> {
-        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let span = (max - min).max(1e-12);
-        values.iter().map(|v| (v - min) / span).collect()
-    };
-    scaled(a)
-        .into_iter()
-        .zip(scaled(b))
-        .map(|(x, y)| x + weight * y)
-        .collect()
 }
 
 fn shown_id(position: usize) -> String {

@@ -87,6 +87,25 @@ pub fn fuse_two(rule: FusionRule, first: &[(usize, f64)], second: &[(usize, f64)
     }
 }
 
+/// `values` mapped linearly onto [0, 1] (smallest 0, largest 1; all equal: all 0). Unlike
+/// [`FusionRule::Blend`]'s division by the best score, this also serves scores that are negative,
+/// such as log-likelihoods.
+pub fn min_max_scaled(values: &[f64]) -> Vec<f64> {
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let span = (max - min).max(1e-12);
+    values.iter().map(|v| (v - min) / span).collect()
+}
+
+/// Two scores of the same items, each [`min_max_scaled`], summed as `first + weight · second`.
+pub fn min_max_blend(first: &[f64], second: &[f64], weight: f64) -> Vec<f64> {
+    min_max_scaled(first)
+        .into_iter()
+        .zip(min_max_scaled(second))
+        .map(|(a, b)| a + weight * b)
+        .collect()
+}
+
 struct Side<'a> {
     items: std::borrow::Cow<'a, [(usize, f64)]>,
     weight: f64,
@@ -134,6 +153,15 @@ fn accumulate(sides: &[Side<'_>], gain: impl Fn(usize, f64) -> f64) -> Vec<Fused
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn min_max_blend_scales_each_side_over_its_own_range() {
+        assert_eq!(min_max_scaled(&[-60.0, -50.0, -55.0]), [0.0, 1.0, 0.5]);
+        assert_eq!(min_max_scaled(&[3.0, 3.0]), [0.0, 0.0]);
+        assert!(min_max_scaled(&[]).is_empty());
+        let blended = min_max_blend(&[1.0, 1.0, 0.5], &[-50.0, -10.0, 0.0], 1.0);
+        assert_eq!(blended, [1.0, 1.8, 1.0]);
+    }
 
     fn items(fused: &[Fused]) -> Vec<usize> {
         fused.iter().map(|f| f.item).collect()
